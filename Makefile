@@ -1,0 +1,32 @@
+# Two commands that work on a fresh machine with Python 3.11 and access to PyPI.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+
+$(VENV)/.demo-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[demo]'
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@ $(VENV)/.demo-installed
+
+demo: $(VENV)/.demo-installed
+	$(PY) -m retryfs demo
+
+# The tests start what they need themselves (moto's S3 server in-process, Ray locally).
+test: $(VENV)/.test-installed
+	$(PY) -m ruff check retryfs tests benchmarks examples
+	$(PY) -m pytest -ra
+
+lint: $(VENV)/.test-installed
+	$(PY) -m ruff check retryfs tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) build *.egg-info

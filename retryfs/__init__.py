@@ -1,0 +1,25 @@
+"""retryfs: storage I/O that survives transient failures.
+
+``RetryingFileSystem`` wraps any pyarrow or fsspec filesystem and retries every operation, and
+every read, write and close of the files it opens, under a ``RetryPolicy``.
+"""
+
+from .arrow import RetryingFileSystem
+from .classify import Decision, ErrorClassifier
+from .engine import no_sleep
+from .errors import CommitNotVisibleError
+from .policy import RetryPolicy
+from .stats import RetryEvent, RetryStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CommitNotVisibleError",
+    "Decision",
+    "ErrorClassifier",
+    "RetryEvent",
+    "RetryPolicy",
+    "RetryStats",
+    "RetryingFileSystem",
+    "no_sleep",
+]

@@ -1,0 +1,305 @@
+"""The pyarrow face: `RetryingFileSystem`, a ``pyarrow.fs.PyFileSystem`` that retries.
+
+The handler proxies the 15 ``FileSystemHandler`` methods of any pyarrow filesystem (an fsspec
+filesystem is adapted first, the way ``pyarrow.fs.FSSpecHandler`` does), runs each through the
+retry engine, and wraps the streams it opens so that their reads, writes, flushes and closes are
+retried too. Everything it holds besides configuration (stats, the failed-commit record) is per
+process: pickling carries the configuration and the inner filesystem only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from .classify import ErrorClassifier
+from .commits import FailedCommits, install_copy_files_guard
+from .engine import Retrier
+from .policy import OPERATION_GROUPS, RetryPolicy, resolve_overrides
+from .stats import RetryStats
+from .streams import DEFAULT_SPOOL_MEMORY, ReplayableOutputStream, ResumableInputFile
+
+__all__ = ["RetryingFileSystem", "RetryingHandler", "as_arrow_filesystem"]
+
+
+def as_arrow_filesystem(fs: Any) -> pafs.FileSystem:
+    """``fs`` as a pyarrow filesystem: pyarrow ones as they are, fsspec ones adapted."""
+    if isinstance(fs, pafs.FileSystem):
+        return fs
+    try:
+        import fsspec
+    except ImportError:  # pragma: no cover - fsspec is a dependency
+        fsspec = None
+    if fsspec is not None and isinstance(fs, fsspec.AbstractFileSystem):
+        return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+    raise TypeError(
+        "RetryingFileSystem wraps a pyarrow.fs.FileSystem or an fsspec AbstractFileSystem, "
+        f"got {type(fs).__module__}.{type(fs).__qualname__}")
+
+
+def _label(paths: list[str]) -> str:
+    if len(paths) == 1:
+        return paths[0]
+    return f"{paths[0]} (+{len(paths) - 1} more)" if paths else ""
+
+
+def _is_missing(exc: BaseException) -> bool:
+    return isinstance(exc, FileNotFoundError)
+
+
+class RetryingHandler(pafs.FileSystemHandler):
+    """The ``FileSystemHandler`` behind `RetryingFileSystem`."""
+
+    def __init__(
+        self,
+        fs: Any,
+        policy: RetryPolicy | None = None,
+        *,
+        classifier: ErrorClassifier | None = None,
+        retryable_messages: Iterable[str] = (),
+        per_operation: Mapping[str, RetryPolicy | Mapping[str, Any]] | None = None,
+        stats: RetryStats | None = None,
+        verify_writes: bool = True,
+        spool_memory: int = DEFAULT_SPOOL_MEMORY,
+    ) -> None:
+        if policy is None:
+            policy = RetryPolicy()
+        if not isinstance(policy, RetryPolicy):
+            raise TypeError(f"policy must be a RetryPolicy, got {type(policy).__name__}")
+        if classifier is None:
+            classifier = ErrorClassifier()
+        if not isinstance(classifier, ErrorClassifier):
+            raise TypeError(f"classifier must be an ErrorClassifier, got {type(classifier).__name__}")
+        if isinstance(retryable_messages, (str, bytes)):
+            raise TypeError("retryable_messages must be a sequence of strings, not a string")
+        if retryable_messages:
+            classifier = classifier.with_messages(retryable_messages)
+        if not isinstance(spool_memory, int) or isinstance(spool_memory, bool) or spool_memory < 0:
+            raise ValueError(f"spool_memory must be an int >= 0 (bytes), got {spool_memory!r}")
+        self.original = fs
+        self.inner = as_arrow_filesystem(fs)
+        self.policy = policy
+        self.classifier = classifier
+        self.per_operation = resolve_overrides(policy, per_operation)
+        self.verify_writes = bool(verify_writes)
+        self.spool_memory = spool_memory
+        self.stats = stats if stats is not None else RetryStats()
+        self.failed_commits = FailedCommits()
+        self.retrier = Retrier(self.policy_for, classifier, self.stats)
+
+    # -- configuration ---------------------------------------------------------------------------
+    def policy_for(self, operation: str) -> RetryPolicy:
+        """The policy of a method: its own override, else its group's, else the base policy."""
+        overrides = self.per_operation
+        if overrides:
+            if operation in overrides:
+                return overrides[operation]
+            group = OPERATION_GROUPS.get(operation)
+            if group in overrides:
+                return overrides[group]
+        return self.policy
+
+    def config(self) -> dict[str, Any]:
+        """What travels by pickle and decides equality."""
+        return {
+            "policy": self.policy,
+            "classifier": self.classifier,
+            "per_operation": dict(self.per_operation),
+            "verify_writes": self.verify_writes,
+            "spool_memory": self.spool_memory,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RetryingHandler):
+            return NotImplemented
+        if self.config() != other.config() or type(self.original) is not type(other.original):
+            return False
+        return bool(self.original == other.original)
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self) -> int:
+        return hash((type(self.original).__name__, self.policy, self.classifier))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_handler, (self.original, self.config()))
+
+    # -- the 15 FileSystemHandler methods ------------------------------------------------------
+    def _call(self, operation: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.retrier.call(operation, path, fn, *args, **kwargs)
+
+    def get_type_name(self) -> str:
+        return f"retry+{self.inner.type_name}"
+
+    def normalize_path(self, path: str) -> str:
+        return self._call("normalize_path", path, self.inner.normalize_path, path)
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        return self._call("get_file_info", _label(paths), self.inner.get_file_info, paths)
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        return self._call("get_file_info_selector", selector.base_dir,
+                          self.inner.get_file_info, selector)
+
+    def create_dir(self, path: str, recursive: bool) -> None:
+        def exists_now(exc: BaseException) -> bool:
+            if not isinstance(exc, FileExistsError):
+                return False
+            return self.inner.get_file_info(path).type == pafs.FileType.Directory
+
+        self._call("create_dir", path, self.inner.create_dir, path, recursive=recursive,
+                   reconcile=exists_now)
+
+    def delete_dir(self, path: str) -> None:
+        self._call("delete_dir", path, self.inner.delete_dir, path, reconcile=_is_missing)
+
+    def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+        self._call("delete_dir_contents", path, self.inner.delete_dir_contents, path,
+                   missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self) -> None:
+        self._call("delete_root_dir_contents", "/", self.inner.delete_dir_contents, "/",
+                   accept_root_dir=True)
+
+    def delete_file(self, path: str) -> None:
+        self._call("delete_file", path, self.inner.delete_file, path, reconcile=_is_missing)
+
+    def move(self, src: str, dest: str) -> None:
+        def moved_already(exc: BaseException) -> bool:
+            if not isinstance(exc, FileNotFoundError):
+                return False
+            src_info, dest_info = self.inner.get_file_info([src, dest])
+            return (src_info.type == pafs.FileType.NotFound
+                    and dest_info.type != pafs.FileType.NotFound)
+
+        self._call("move", f"{src} -> {dest}", self.inner.move, src, dest,
+                   reconcile=moved_already)
+
+    def copy_file(self, src: str, dest: str) -> None:
+        self._call("copy_file", f"{src} -> {dest}", self.inner.copy_file, src, dest)
+
+    def open_input_stream(self, path: str) -> pa.NativeFile:
+        return self._open_input("open_input_stream", path, seekable=False)
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        return self._open_input("open_input_file", path, seekable=True)
+
+    def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
+        def reopen() -> Any:
+            return self._call("open_output_stream", path, self.inner.open_output_stream, path,
+                              metadata=metadata)
+
+        stream = ReplayableOutputStream(
+            path, reopen(), reopen, self.retrier,
+            verify=self._landed if self.verify_writes else None,
+            on_commit=self.failed_commits.record,
+            spool_memory=self.spool_memory,
+        )
+        return pa.PythonFile(stream, mode="w")
+
+    def open_append_stream(self, path: str, metadata: Any) -> pa.NativeFile:
+        # Appends are not replayable: only opening is retried.
+        return self._call("open_append_stream", path, self.inner.open_append_stream, path,
+                          metadata=metadata)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _open_input(self, operation: str, path: str, *, seekable: bool) -> pa.NativeFile:
+        opener = getattr(self.inner, operation)
+
+        def reopen() -> Any:
+            return self._call(operation, path, opener, path)
+
+        stream = ResumableInputFile(path, reopen(), reopen, self.retrier, seekable=seekable)
+        return pa.PythonFile(stream, mode="r")
+
+    def _landed(self, path: str, size: int) -> bool:
+        """Whether ``path`` now holds an object of ``size`` bytes (read-after-write check)."""
+        info = self.inner.get_file_info(path)
+        return info.type == pafs.FileType.File and (info.size is None or info.size == size)
+
+
+def _rebuild_handler(fs: Any, config: dict[str, Any]) -> RetryingHandler:
+    return RetryingHandler(fs, **config)
+
+
+class RetryingFileSystem(pafs.PyFileSystem):
+    """A pyarrow filesystem that retries every operation of ``fs`` on transient failures.
+
+    ``fs`` is any pyarrow filesystem or any fsspec filesystem. Hand it to anything that takes a
+    ``pyarrow.fs.FileSystem`` (Ray Train's ``RunConfig(storage_filesystem=...)``, datasets,
+    ``copy_files``). Attributes the wrapper does not have are looked up on ``fs``.
+    """
+
+    def __init__(
+        self,
+        fs: Any,
+        policy: RetryPolicy | None = None,
+        *,
+        classifier: ErrorClassifier | None = None,
+        retryable_messages: Iterable[str] = (),
+        per_operation: Mapping[str, RetryPolicy | Mapping[str, Any]] | None = None,
+        stats: RetryStats | None = None,
+        verify_writes: bool = True,
+        spool_memory: int = DEFAULT_SPOOL_MEMORY,
+    ) -> None:
+        handler = fs if isinstance(fs, RetryingHandler) else RetryingHandler(
+            fs, policy, classifier=classifier, retryable_messages=retryable_messages,
+            per_operation=per_operation, stats=stats, verify_writes=verify_writes,
+            spool_memory=spool_memory,
+        )
+        super().__init__(handler)
+        self.__dict__["_retry_handler"] = handler
+
+    @property
+    def retry_handler(self) -> RetryingHandler:
+        return self.__dict__["_retry_handler"]
+
+    def unwrap(self) -> Any:
+        """The filesystem this one wraps, as it was given."""
+        return self.retry_handler.original
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self.retry_handler.policy
+
+    @property
+    def classifier(self) -> ErrorClassifier:
+        return self.retry_handler.classifier
+
+    @property
+    def stats(self) -> RetryStats:
+        return self.retry_handler.stats
+
+    def failed_commits(self) -> dict[str, BaseException]:
+        """Objects whose commit finally failed in this process and was not redone since."""
+        return self.retry_handler.failed_commits.snapshot()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_filesystem, (self.retry_handler.original, self.retry_handler.config()))
+
+    def __getattr__(self, name: str) -> Any:
+        handler = self.__dict__.get("_retry_handler")
+        if handler is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(handler.original, name)
+
+    def __repr__(self) -> str:
+        return f"RetryingFileSystem({self.retry_handler.original!r}, policy={self.policy!r})"
+
+
+def _rebuild_filesystem(fs: Any, config: dict[str, Any]) -> RetryingFileSystem:
+    return RetryingFileSystem(fs, **config)
+
+
+def _commits_of(filesystem: Any) -> FailedCommits | None:
+    handler = filesystem.__dict__.get("_retry_handler") if isinstance(
+        filesystem, RetryingFileSystem) else getattr(filesystem, "handler", None)
+    return handler.failed_commits if isinstance(handler, RetryingHandler) else None
+
+
+install_copy_files_guard(_commits_of)

@@ -1,0 +1,84 @@
+import pickle
+import random
+
+import pytest
+
+from retryfs import RetryPolicy
+from retryfs.policy import resolve_overrides
+
+
+def test_defaults_match_the_contract():
+    p = RetryPolicy()
+    assert (p.max_attempts, p.initial_delay, p.multiplier, p.max_delay, p.jitter, p.deadline) == (
+        10, 1.0, 2.0, 32.0, True, None)
+
+
+def test_policy_is_immutable_and_hashable():
+    p = RetryPolicy(max_attempts=3)
+    with pytest.raises(AttributeError):
+        p.max_attempts = 5  # type: ignore[misc]
+    assert hash(p) == hash(RetryPolicy(max_attempts=3))
+    assert pickle.loads(pickle.dumps(p)) == p
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("max_attempts", 0, ValueError),
+    ("max_attempts", 2.5, TypeError),
+    ("max_attempts", True, TypeError),
+    ("initial_delay", -1, ValueError),
+    ("initial_delay", float("nan"), ValueError),
+    ("multiplier", 0.5, ValueError),
+    ("max_delay", float("inf"), ValueError),
+    ("deadline", 0, ValueError),
+    ("deadline", "10", TypeError),
+    ("jitter", "yes", TypeError),
+    ("throttle_factor", 0.1, ValueError),
+])
+def test_bad_values_are_rejected_naming_the_field(field, value, error):
+    with pytest.raises(error, match=field):
+        RetryPolicy(**{field: value})
+
+
+def test_max_delay_below_initial_delay_is_rejected():
+    with pytest.raises(ValueError, match="max_delay"):
+        RetryPolicy(initial_delay=5, max_delay=1)
+
+
+def test_exponential_schedule_capped_without_jitter():
+    p = RetryPolicy(initial_delay=0.5, multiplier=2, max_delay=3, jitter=False)
+    assert [p.delay(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
+
+
+def test_throttled_schedule_is_longer_but_capped():
+    p = RetryPolicy(initial_delay=0.5, multiplier=2, max_delay=10, jitter=False, throttle_factor=4)
+    assert [p.delay(n, throttled=True) for n in range(1, 5)] == [2.0, 4.0, 8.0, 10.0]
+
+
+def test_full_jitter_stays_within_the_schedule():
+    p = RetryPolicy(initial_delay=1, multiplier=2, max_delay=8)
+    rng = random.Random(7)
+    draws = [p.delay(3, rng=rng) for _ in range(200)]
+    assert all(0 <= d <= 4 for d in draws)
+    assert len(set(draws)) > 150  # really random, not a constant
+
+
+def test_replace_validates_and_names_unknown_fields():
+    p = RetryPolicy()
+    assert p.replace(max_attempts=3).max_attempts == 3
+    with pytest.raises(ValueError, match="max_tries"):
+        p.replace(max_tries=3)
+    with pytest.raises(ValueError, match="max_attempts"):
+        p.replace(max_attempts=0)
+
+
+def test_per_operation_overrides_by_group_and_method():
+    base = RetryPolicy(max_attempts=4)
+    resolved = resolve_overrides(base, {"write": {"max_attempts": 20},
+                                        "get_file_info": RetryPolicy(max_attempts=2)})
+    assert resolved["write"].max_attempts == 20
+    assert resolved["write"].initial_delay == base.initial_delay
+    assert resolved["get_file_info"].max_attempts == 2
+    with pytest.raises(ValueError, match="writes"):
+        resolve_overrides(base, {"writes": {"max_attempts": 2}})
+    with pytest.raises(TypeError, match="read"):
+        resolve_overrides(base, {"read": 3})
