@@ -1,0 +1,831 @@
+"""A real S3 endpoint with faults injected in the HTTP exchange, for chaos-testing pipelines.
+
+`S3FaultEndpoint` serves moto's S3 in-process on a loopback port, behind a small WSGI layer that
+consults a plan of `S3Fault` rules before each request reaches moto. Faults happen where they
+happen in production, between the client's socket and the store, so the client under test
+(pyarrow's native `S3FileSystem`, s3fs/botocore, boto3, anything speaking S3) raises exactly the
+error it would raise against AWS.
+
+    with S3FaultEndpoint() as ep:
+        ep.create_bucket("bucket")
+        ep.add_fault(S3Fault.slow_down(op="PutObject", times=2))
+        fs = ep.pyarrow_fs()                      # its own retries are off: faults stay visible
+        ...
+        assert ep.counts()["PutObject"] == 3
+
+Plans are deterministic: a rule fires on the n-th matching request, on the first N, or with a
+seeded probability. Rules are consulted in the order they were added; the first that fires wins
+and the rules after it do not see that request. Every request is recorded (`requests`, `counts`,
+`injected`) before its response is sent, so a test that has its answer also has the record.
+
+Each endpoint keeps its buckets in a moto account of its own, dropped by `stop` and `reset`.
+Bucket names are one namespace per process, as on AWS, and moto lets any live endpoint reach
+another's bucket by name: give concurrent endpoints distinct bucket names. (``MOTO_ACCOUNT_ID``,
+which moto obeys first, makes all endpoints share one account.)
+
+What the real clients raise for each fault is in the README section "Chaos-testing your own
+pipeline" (measured, and asserted by ``tests/test_s3_endpoint.py``). Two client habits to plan
+for: aiohttp (under s3fs) replays an idempotent request (GET, HEAD, PUT, DELETE) once when the
+connection drops before a response, so one `reset` there is invisible (use ``times=2``); and
+neither client's read timeout reliably bounds a stalled upload (pyarrow's never does: it waits
+until the stall ends with a reset), so stall downloads and metadata calls to test timeouts.
+
+How pyarrow 26's `S3FileSystem` writes (measured with this endpoint's record): with the default
+``allow_delayed_open=False`` every output stream is a multipart upload, even an empty one
+(CreateMultipartUpload at open, UploadPart per `PYARROW_PART_SIZE` of data, and the last part
+at close, then CompleteMultipartUpload at close; parts go out in the background unless
+``background_writes=False``). With ``allow_delayed_open=True`` a stream closed with less than
+`PYARROW_PART_SIZE` is one PutObject; larger ones are multipart as above. Reads are a HeadObject
+at open, then ranged GetObject calls (``Range: bytes=...``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import logging
+import os
+import random
+import re
+import socket
+import struct
+import threading
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
+from xml.sax.saxutils import escape
+
+import pyarrow.fs
+from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
+from moto.s3.models import FakeKey, FakeMultipart, s3_backends
+from werkzeug.serving import ThreadedWSGIServer
+
+if TYPE_CHECKING:
+    import s3fs as _s3fs
+
+__all__ = [
+    "OPERATIONS",
+    "PYARROW_PART_SIZE",
+    "S3Fault",
+    "FaultKind",
+    "RequestRecord",
+    "S3FaultEndpoint",
+    "S3Request",
+    "operation_name",
+]
+
+log = logging.getLogger(__name__)
+
+#: The part size of pyarrow 26's S3 output streams (measured): UploadPart carries this much, and
+#: with ``allow_delayed_open=True`` a stream closed with less is a single PutObject.
+PYARROW_PART_SIZE = 10 * 1024 * 1024
+
+ACCESS_KEY = "testing"
+SECRET_KEY = "testing"
+
+FaultKind = Literal["error", "error_in_200", "reset", "truncate", "stall", "delay"]
+_KINDS = frozenset(FaultKind.__args__)  # type: ignore[attr-defined]
+
+#: Operations `operation_name` derives; an `S3Fault(op=...)` outside this set (and outside the
+#: generic ``{Get,Put,Delete}{Bucket,Object}<Subresource>`` names) is a typo and is refused.
+OPERATIONS = frozenset(
+    """ListBuckets CreateBucket DeleteBucket HeadBucket ListObjects ListObjectsV2
+    ListObjectVersions ListMultipartUploads GetBucketLocation DeleteObjects PutObject GetObject
+    HeadObject DeleteObject CopyObject CreateMultipartUpload UploadPart UploadPartCopy
+    CompleteMultipartUpload AbortMultipartUpload ListParts RestoreObject""".split()
+)
+_GENERIC_OP = re.compile(r"(Get|Put|Delete)(Bucket|Object)[A-Z][A-Za-z]*")
+# the query parameters that select an S3 subresource (the generic operation names above)
+_SUBRESOURCES = frozenset("""accelerate acl analytics attributes cors encryption
+    intelligent-tiering inventory legal-hold lifecycle logging metrics notification object-lock
+    ownershipControls policy policyStatus publicAccessBlock replication requestPayment retention
+    tagging torrent versioning website""".split())
+
+
+@dataclass(frozen=True)
+class S3Request:
+    """What arrived: the fields a rule can match on (path-style addressing)."""
+
+    method: str
+    bucket: str
+    key: str
+    query: Mapping[str, str]
+    headers: Mapping[str, str]  # lower-case names, Authorization left out
+    op: str
+
+    @property
+    def path(self) -> str:
+        """``bucket/key`` (``bucket`` alone for bucket operations), the string globs match."""
+        return f"{self.bucket}/{self.key}" if self.key else self.bucket
+
+
+@dataclass(frozen=True)
+class RequestRecord(S3Request):
+    """One request and what the endpoint did with it."""
+
+    seq: int = 0
+    status: int | None = None  # None: no status line was sent (reset, stall)
+    fault: S3Fault | None = None
+    request_bytes: int = 0
+    response_bytes: int = 0  # body bytes sent (a truncated body counts what was sent)
+
+
+def operation_name(method: str, bucket: str, key: str, query: Mapping[str, str],
+                   headers: Mapping[str, str]) -> str:
+    """The S3 API operation a path-style request calls, e.g. ``UploadPart``."""
+    method = method.upper()
+    if not bucket:
+        return "ListBuckets" if method == "GET" else f"{method} /"
+    copy = "x-amz-copy-source" in headers
+    if key:
+        if "uploadId" in query:
+            return {
+                "PUT": "UploadPartCopy" if copy else "UploadPart",
+                "POST": "CompleteMultipartUpload",
+                "DELETE": "AbortMultipartUpload",
+                "GET": "ListParts",
+            }.get(method, f"{method} uploadId")
+        if method == "POST" and "uploads" in query:
+            return "CreateMultipartUpload"
+        if method == "POST" and "restore" in query:
+            return "RestoreObject"
+        if method == "PUT" and copy and not _subresource(query):
+            return "CopyObject"
+        simple = {"PUT": "PutObject", "GET": "GetObject", "HEAD": "HeadObject",
+                  "DELETE": "DeleteObject"}
+        return _with_subresource(method, "Object", query) or simple.get(method, method)
+    if method == "GET":
+        if query.get("list-type") == "2":
+            return "ListObjectsV2"
+        for name, op in (("uploads", "ListMultipartUploads"), ("versions", "ListObjectVersions"),
+                         ("location", "GetBucketLocation")):
+            if name in query:
+                return op
+        return _with_subresource(method, "Bucket", query) or "ListObjects"
+    if method == "POST" and "delete" in query:
+        return "DeleteObjects"
+    simple = {"PUT": "CreateBucket", "DELETE": "DeleteBucket", "HEAD": "HeadBucket"}
+    return _with_subresource(method, "Bucket", query) or simple.get(method, method)
+
+
+def _subresource(query: Mapping[str, str]) -> str | None:
+    """The first S3 subresource named in the query (``?tagging``, ``?acl``...)."""
+    return next((name for name in query if name in _SUBRESOURCES), None)
+
+
+def _with_subresource(method: str, what: str, query: Mapping[str, str]) -> str | None:
+    sub = _subresource(query)
+    verb = {"GET": "Get", "PUT": "Put", "DELETE": "Delete"}.get(method)
+    if sub is None or verb is None:
+        return None
+    camel = "".join(part[:1].upper() + part[1:] for part in sub.split("-"))
+    return f"{verb}{what}{camel}"
+
+
+_ERROR_MESSAGES = {
+    "InternalError": "We encountered an internal error. Please try again.",
+    "SlowDown": "Please reduce your request rate.",
+    "ServiceUnavailable": "Service is unable to handle request.",
+    "TooManyRequests": "Please reduce your request rate.",
+    "AccessDenied": "Access Denied",
+    "NoSuchBucket": "The specified bucket does not exist",
+    "NoSuchKey": "The specified key does not exist.",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class S3Fault:
+    """One rule of a fault plan: which requests it matches, when it fires, what it does.
+
+    Matching (all given conditions must hold): `op` (one name or several, see
+    `operation_name`), `method`, `path` (a glob on ``bucket/key``, or a compiled regex searched
+    in it), `query` (name -> value; ``True``: present, ``False``: absent), `when` (a predicate).
+    Firing: from the `nth` matching request on (1-based), at most `times` times (default: once
+    when `nth` is given, else unlimited), each eligible match drawn with `probability` from a
+    ``random.Random(seed)``: the same requests in the same order get the same faults.
+    `applied`: moto executes the request first and the fault replaces its answer (the change
+    happened, the client cannot tell), the ambiguous outcome a retry has to reconcile.
+
+    Build one with the constructors (`slow_down`, `reset`, `truncate`, ...), which take the
+    matching and firing fields as keywords.
+    """
+
+    kind: FaultKind
+    status: int = 500
+    code: str = "InternalError"
+    message: str = ""
+    retry_after: float | None = None
+    seconds: float = 0.0
+    keep_bytes: int | None = None
+    applied: bool = False
+    op: str | Collection[str] | None = None
+    method: str | None = None
+    path: str | re.Pattern[str] | None = None
+    query: Mapping[str, str | int | bool] | None = None
+    when: Callable[[S3Request], bool] | None = None
+    nth: int | None = None
+    times: int | None = None
+    probability: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"kind: {self.kind!r} is not one of {sorted(_KINDS)}")
+        for op in self.ops:
+            if op not in OPERATIONS and not _GENERIC_OP.fullmatch(op):
+                raise ValueError(f"op: unknown S3 operation {op!r}; known: {sorted(OPERATIONS)}")
+        if self.nth is not None and self.nth < 1:
+            raise ValueError(f"nth: must be >= 1, got {self.nth}")
+        if self.times is not None and self.times < 0:
+            raise ValueError(f"times: must be >= 0, got {self.times}")
+        if self.probability is not None and not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"probability: must be in [0, 1], got {self.probability}")
+        if self.seconds < 0:
+            raise ValueError(f"seconds: must be >= 0, got {self.seconds}")
+        if self.keep_bytes is not None and self.keep_bytes < 0:
+            raise ValueError(f"keep_bytes: must be >= 0, got {self.keep_bytes}")
+        if not self.message and self.kind in ("error", "error_in_200"):
+            object.__setattr__(self, "message", _ERROR_MESSAGES.get(self.code, self.code))
+
+    @property
+    def ops(self) -> frozenset[str]:
+        if self.op is None:
+            return frozenset()
+        return frozenset([self.op] if isinstance(self.op, str) else self.op)
+
+    def __repr__(self) -> str:
+        what = {"error": f"{self.status} {self.code}", "error_in_200": f"200 <Error>{self.code}",
+                "stall": f"stall {self.seconds:g}s", "delay": f"delay {self.seconds:g}s"}
+        where = [f"{name}={value!r}" for name in ("op", "method", "path", "query", "nth",
+                                                   "times", "probability")
+                 if (value := getattr(self, name)) is not None]
+        return f"S3Fault({what.get(self.kind, self.kind)}{', ' if where else ''}{', '.join(where)})"
+
+    def matches(self, request: S3Request) -> bool:
+        """Whether `request` is one this rule applies to (firing aside)."""
+        if self.op is not None and request.op not in self.ops:
+            return False
+        if self.method is not None and request.method != self.method.upper():
+            return False
+        if isinstance(self.path, str) and not fnmatch.fnmatchcase(request.path, self.path):
+            return False
+        if isinstance(self.path, re.Pattern) and not self.path.search(request.path):
+            return False
+        for name, want in (self.query or {}).items():
+            if isinstance(want, bool):
+                if (name in request.query) != want:
+                    return False
+            elif request.query.get(name) != str(want):
+                return False
+        return self.when is None or bool(self.when(request))
+
+    # -- constructors: `match` takes the matching and firing fields above -------------------
+
+    @classmethod
+    def error(cls, status: int, code: str, message: str = "", *,
+              retry_after: float | None = None, **match: Any) -> S3Fault:
+        """An S3 XML error response, ``<Error><Code>code</Code>...``."""
+        return cls("error", status=status, code=code, message=message, retry_after=retry_after,
+                   **match)
+
+    @classmethod
+    def internal_error(cls, **match: Any) -> S3Fault:
+        """500 InternalError: transient."""
+        return cls.error(500, "InternalError", **match)
+
+    @classmethod
+    def slow_down(cls, *, retry_after: float | None = None, **match: Any) -> S3Fault:
+        """503 SlowDown: S3's throttle."""
+        return cls.error(503, "SlowDown", retry_after=retry_after, **match)
+
+    @classmethod
+    def service_unavailable(cls, *, retry_after: float | None = None, **match: Any) -> S3Fault:
+        """503 ServiceUnavailable: transient."""
+        return cls.error(503, "ServiceUnavailable", retry_after=retry_after, **match)
+
+    @classmethod
+    def too_many_requests(cls, code: str = "TooManyRequests", *,
+                          retry_after: float | None = None, **match: Any) -> S3Fault:
+        """429 throttle (S3-compatible stores send it; ``code="SlowDown"`` for some)."""
+        return cls.error(429, code, retry_after=retry_after, **match)
+
+    @classmethod
+    def access_denied(cls, **match: Any) -> S3Fault:
+        """403 AccessDenied: permanent."""
+        return cls.error(403, "AccessDenied", **match)
+
+    @classmethod
+    def no_such_bucket(cls, **match: Any) -> S3Fault:
+        """404 NoSuchBucket: permanent."""
+        return cls.error(404, "NoSuchBucket", **match)
+
+    @classmethod
+    def no_such_key(cls, **match: Any) -> S3Fault:
+        """404 NoSuchKey: permanent."""
+        return cls.error(404, "NoSuchKey", **match)
+
+    @classmethod
+    def error_in_200(cls, code: str = "InternalError", message: str = "", **match: Any) -> S3Fault:
+        """200 OK whose body is an ``<Error>``: what S3 does when CompleteMultipartUpload (or
+        a copy) fails after it started answering. Matches CompleteMultipartUpload by default."""
+        match.setdefault("op", "CompleteMultipartUpload")
+        return cls("error_in_200", status=200, code=code, message=message, **match)
+
+    @classmethod
+    def reset(cls, **match: Any) -> S3Fault:
+        """The connection is reset (TCP RST) once the request is read, before any response."""
+        return cls("reset", **match)
+
+    @classmethod
+    def truncate(cls, keep_bytes: int | None = None, **match: Any) -> S3Fault:
+        """moto answers, the headers go out with the full Content-Length, then only `keep_bytes`
+        of the body (default: half) and the connection closes. Needs a response with a body."""
+        return cls("truncate", keep_bytes=keep_bytes, **match)
+
+    @classmethod
+    def stall(cls, seconds: float = 30.0, **match: Any) -> S3Fault:
+        """No answer for `seconds` (bounded by the endpoint's `max_stall`, cut short by `stop`),
+        then the connection is reset: longer than the client's timeout, it sees a timeout."""
+        return cls("stall", seconds=seconds, **match)
+
+    @classmethod
+    def delay(cls, seconds: float, **match: Any) -> S3Fault:
+        """A slow but successful answer: wait `seconds` (bounded likewise), then serve."""
+        return cls("delay", seconds=seconds, **match)
+
+
+@dataclass
+class _Armed:
+    """A fault in a plan and its counters (the plan's state, so an S3Fault stays reusable)."""
+
+    fault: S3Fault
+    rng: random.Random
+    matched: int = 0
+    fired: int = 0
+
+    def fires(self, request: S3Request) -> bool:
+        fault = self.fault
+        if not fault.matches(request):
+            return False
+        self.matched += 1
+        if self.matched < (fault.nth or 1):
+            return False
+        times = fault.times if fault.times is not None else (1 if fault.nth else None)
+        if times is not None and self.fired >= times:
+            return False
+        if fault.probability is not None and self.rng.random() >= fault.probability:
+            return False
+        self.fired += 1
+        return True
+
+
+class _Drop(ConnectionAbortedError):
+    """Raised inside the WSGI app to make werkzeug drop the connection without a response."""
+
+
+class _CountingInput:
+    """``wsgi.input`` that counts the request body bytes read from it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.count = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self.count += len(data)
+        return data
+
+    def readline(self, size: int = -1) -> bytes:
+        data = self._stream.readline(size)
+        self.count += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._stream.readinto(buffer) or 0
+        self.count += n
+        return n
+
+
+class _Handler(MotoRequestHandler):
+    """moto's request handler, quiet, and closing the connection when the app drops it."""
+
+    def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
+        self.close_connection = True
+
+    def log(self, type: str, message: str, *args: Any) -> None:
+        log.debug("%s " + message, self.address_string(), *args)
+
+
+class _Server(ThreadedWSGIServer):
+    """werkzeug's threaded server that knows its open connections, to end them on stop, and
+    can close one with a TCP RST instead of a FIN."""
+
+    def __init__(self, host: str, port: int, app: Any) -> None:
+        self._live: set[socket.socket] = set()
+        self._aborting: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        super().__init__(host, port, app, handler=_Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        with self._lock:
+            self._live.add(sock)
+        return sock, address
+
+    def abort(self, sock: socket.socket) -> None:
+        """Close `sock` with a reset when its request ends (SO_LINGER 0, no shutdown)."""
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        with self._lock:
+            self._aborting.add(sock)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._live.discard(request)
+            aborting = request in self._aborting
+            self._aborting.discard(request)
+        if aborting:
+            request.close()
+        else:
+            super().shutdown_request(request)
+
+    def end_connections(self) -> None:
+        with self._lock:
+            live = list(self._live)
+        for sock in live:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.warning("S3 fault endpoint: error while serving %s", client_address, exc_info=True)
+
+
+_accounts = itertools.count(1)
+
+
+def _new_account_id() -> str:
+    """A 12-digit moto account of this endpoint's own (moto obeys MOTO_ACCOUNT_ID first)."""
+    return os.environ.get("MOTO_ACCOUNT_ID") or str(900_000_000_000 + next(_accounts))
+
+
+class S3FaultEndpoint:
+    """moto's S3 on ``127.0.0.1:<free port>`` behind a deterministic fault plan.
+
+    Start it with ``with S3FaultEndpoint() as ep:`` (or `start`/`stop`). Setup helpers
+    (`create_bucket`, `put_object`, `get_object`, `keys`) go to the store directly: no faults,
+    no record. Clients built by `pyarrow_fs`, `s3fs`, `boto3_client` have their own retries
+    off and dummy credentials set explicitly, so the environment's ``AWS_*`` do not leak in.
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, region: str = "us-east-1",
+                 max_stall: float = 30.0) -> None:
+        self.region = region
+        self.max_stall = max_stall
+        self.account_id = _new_account_id()
+        self._address = (host, port)
+        self._lock = threading.Lock()
+        self._plan: list[_Armed] = []
+        self._record: list[RequestRecord] = []
+        self._seq = itertools.count(1)
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._moto = create_backend_app("s3")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> S3FaultEndpoint:
+        if self._server is not None:
+            raise RuntimeError("S3FaultEndpoint already started")
+        self._stopping.clear()
+        self._server = _Server(*self._address, self._app)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={
+            "poll_interval": 0.05}, name=f"s3-fault-endpoint-{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, end stalls and open connections, join every thread, drop the store."""
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.end_connections()
+        server.server_close()  # joins the request threads
+        thread.join()
+        self._server = self._thread = None
+        self.reset_storage()
+
+    def __enter__(self) -> S3FaultEndpoint:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("S3FaultEndpoint is not started")
+        return int(self._server.server_address[1])
+
+    @property
+    def host(self) -> str:
+        return self._address[0]
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port``, what pyarrow's ``endpoint_override`` takes."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``, what boto3's / s3fs's ``endpoint_url`` takes."""
+        return f"http://{self.endpoint}"
+
+    def __repr__(self) -> str:
+        state = self.url if self._server is not None else "stopped"
+        return f"S3FaultEndpoint({state}, {len(self._plan)} faults)"
+
+    # -- the plan and the record ---------------------------------------------------------------
+
+    def add_fault(self, fault: S3Fault) -> S3Fault:
+        """Append `fault` to the plan (after the rules already there); returns it."""
+        with self._lock:
+            self._plan.append(_Armed(fault, random.Random(fault.seed)))
+        return fault
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._plan.clear()
+
+    @property
+    def faults(self) -> tuple[S3Fault, ...]:
+        with self._lock:
+            return tuple(armed.fault for armed in self._plan)
+
+    def fired(self, fault: S3Fault) -> int:
+        """How many times `fault` fired since it was added."""
+        with self._lock:
+            return sum(armed.fired for armed in self._plan if armed.fault is fault)
+
+    def requests(self, op: str | None = None, *, method: str | None = None,
+                 path: str | None = None, faulted: bool | None = None) -> list[RequestRecord]:
+        """The recorded requests, oldest first, filtered by op, method, path glob, faulted."""
+        with self._lock:
+            records = list(self._record)
+        return [r for r in records
+                if (op is None or r.op == op)
+                and (method is None or r.method == method.upper())
+                and (path is None or fnmatch.fnmatchcase(r.path, path))
+                and (faulted is None or (r.fault is not None) == faulted)]
+
+    def counts(self) -> Counter[str]:
+        """Requests per operation name."""
+        return Counter(r.op for r in self.requests())
+
+    @property
+    def injected(self) -> list[RequestRecord]:
+        """The requests that got a fault."""
+        return self.requests(faulted=True)
+
+    def reset_record(self) -> None:
+        with self._lock:
+            self._record.clear()
+
+    def reset(self) -> None:
+        """Faults cleared, record emptied, store emptied: a fresh endpoint on the same port."""
+        self.clear_faults()
+        self.reset_record()
+        self.reset_storage()
+
+    # -- the store, without faults ---------------------------------------------------------------
+
+    @property
+    def _backend(self) -> Any:
+        return s3_backends[self.account_id]["aws"]
+
+    def create_bucket(self, name: str) -> None:
+        self._backend.create_bucket(name, self.region)
+
+    def put_object(self, bucket: str, key: str, data: bytes) -> None:
+        self._backend.put_object(bucket, key, data)
+
+    def get_object(self, bucket: str, key: str) -> bytes:
+        """The stored bytes; KeyError if there is no such object."""
+        found = self._backend.get_object(bucket, key)
+        if found is None:
+            raise KeyError(f"{bucket}/{key}")
+        return bytes(found.value)
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        """The keys stored in `bucket` under `prefix`, sorted."""
+        return sorted(k for k in self._backend.get_bucket(bucket).keys if k.startswith(prefix))
+
+    def reset_storage(self) -> None:
+        """Delete every bucket and object of this endpoint (other endpoints keep theirs)."""
+        if self.account_id not in s3_backends:
+            return
+        backend = self._backend
+        for name in list(backend.buckets):
+            s3_backends.bucket_accounts.pop(name, None)
+        backend.buckets.clear()
+        for tracked in (FakeKey.instances_tracked, FakeMultipart.instances_tracked):
+            for obj in list(tracked):
+                if getattr(obj, "account_id", None) == self.account_id:
+                    obj.dispose()
+        s3_backends.pop(self.account_id, None)
+
+    # -- clients ---------------------------------------------------------------------------------
+
+    def pyarrow_fs(self, *, max_attempts: int = 1, **kwargs: Any) -> pyarrow.fs.S3FileSystem:
+        """A native pyarrow `S3FileSystem` on this endpoint, its own retries reduced to
+        `max_attempts` so that faults reach the caller. `kwargs` override (e.g.
+        ``request_timeout=1, connect_timeout=1`` for stalls)."""
+        options: dict[str, Any] = dict(
+            access_key=ACCESS_KEY, secret_key=SECRET_KEY, region=self.region, scheme="http",
+            endpoint_override=self.endpoint,
+            retry_strategy=pyarrow.fs.AwsStandardS3RetryStrategy(max_attempts=max_attempts))
+        options.update(kwargs)
+        return pyarrow.fs.S3FileSystem(**options)
+
+    def s3fs(self, *, max_attempts: int = 1, **kwargs: Any) -> _s3fs.S3FileSystem:
+        """An `s3fs.S3FileSystem` on this endpoint: botocore's retries and s3fs's own
+        reduced to `max_attempts`, a fresh instance (not fsspec's cached one). `config_kwargs`
+        are merged into botocore's (e.g. ``{"read_timeout": 1}``), other `kwargs` override."""
+        import s3fs
+
+        config = {"retries": {"total_max_attempts": max_attempts, "mode": "standard"},
+                  **kwargs.pop("config_kwargs", {})}
+        options: dict[str, Any] = dict(
+            key=ACCESS_KEY, secret=SECRET_KEY, token=None, endpoint_url=self.url,
+            client_kwargs={"region_name": self.region}, config_kwargs=config,
+            session=_isolated_session(aio=True), skip_instance_cache=True)
+        options.update(kwargs)
+        fs = s3fs.S3FileSystem(**options)
+        fs.retries = max_attempts  # s3fs's own retry loop: a class attribute, not an argument
+        return fs
+
+    def boto3_client(self, *, max_attempts: int = 1, **kwargs: Any) -> Any:
+        """A boto3 S3 client on this endpoint, retries reduced to `max_attempts`; a `config`
+        is merged over that, other `kwargs` override."""
+        import boto3
+        from botocore.config import Config
+
+        session = boto3.session.Session(botocore_session=_isolated_session(aio=False))
+        config = Config(retries={"total_max_attempts": max_attempts, "mode": "standard"})
+        if kwargs.get("config") is not None:
+            config = config.merge(kwargs.pop("config"))
+        options: dict[str, Any] = dict(
+            endpoint_url=self.url, region_name=self.region, aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY, aws_session_token=None, config=config)
+        options.update(kwargs)
+        return session.client("s3", **options)
+
+    # -- the WSGI layer --------------------------------------------------------------------------
+
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        request = _parse(environ)
+        environ["HTTP_X_MOTO_ACCOUNT_ID"] = self.account_id  # this endpoint's own store
+        body = environ["wsgi.input"] = _CountingInput(environ["wsgi.input"])
+        fault = self._choose(request)
+        kind = fault.kind if fault is not None else None
+
+        if fault is None or fault.applied or kind in ("truncate", "delay"):
+            if kind == "delay":
+                self._stopping.wait(min(fault.seconds, self.max_stall))  # type: ignore[union-attr]
+            status, headers, payload = self._call_moto(environ)
+            if fault is None or kind == "delay":
+                self._log(request, fault, body, status, len(payload))
+                start_response(_status_line(status), headers)
+                return [payload]
+        else:
+            _drain(environ)
+        assert fault is not None
+
+        if kind in ("error", "error_in_200"):
+            payload = b"" if request.method == "HEAD" else _error_xml(fault, request)
+            headers = [("Content-Type", "application/xml"), ("x-amz-request-id", _request_id()),
+                       ("Content-Length", str(len(payload)))]
+            if fault.retry_after is not None:
+                headers.append(("Retry-After", f"{fault.retry_after:g}"))
+            self._log(request, fault, body, fault.status, len(payload))
+            start_response(_status_line(fault.status), headers)
+            return [payload]
+        if kind == "truncate":
+            keep = len(payload) // 2 if fault.keep_bytes is None else fault.keep_bytes
+            keep = min(keep, max(len(payload) - 1, 0))
+            self._log(request, fault, body, status, keep)
+            start_response(_status_line(status), _with_length(headers, len(payload)))
+            return _then_drop(payload[:keep])
+
+        # reset, stall: the request was read; answer nothing, then reset the connection
+        self._log(request, fault, body, None, 0)
+        if kind == "stall":
+            self._stopping.wait(min(fault.seconds, self.max_stall))
+        assert self._server is not None
+        self._server.abort(environ["werkzeug.socket"])
+        raise _Drop(f"fault: {fault!r}")
+
+    def _choose(self, request: S3Request) -> S3Fault | None:
+        with self._lock:
+            for armed in self._plan:
+                if armed.fires(request):
+                    return armed.fault
+        return None
+
+    def _call_moto(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
+        captured: list[Any] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None):
+            captured[:] = [status, headers]
+
+        result = self._moto(environ, start_response)
+        try:
+            payload = b"".join(result)
+        finally:
+            getattr(result, "close", lambda: None)()
+        return int(captured[0].split(None, 1)[0]), list(captured[1]), payload
+
+    def _log(self, request: S3Request, fault: S3Fault | None, body: _CountingInput,
+             status: int | None, sent: int) -> None:
+        with self._lock:
+            self._record.append(RequestRecord(
+                **vars(request), seq=next(self._seq), status=status, fault=fault,
+                request_bytes=body.count, response_bytes=sent))
+        if fault is not None:
+            log.info("S3 fault endpoint: %s %s (%s) -> %r", request.method, request.path,
+                     request.op, fault)
+
+
+def _parse(environ: Mapping[str, Any]) -> S3Request:
+    uri = urlsplit(environ.get("REQUEST_URI") or environ.get("RAW_URI") or "/")
+    bucket, _, key = unquote(uri.path).lstrip("/").partition("/")
+    query = dict(parse_qsl(uri.query, keep_blank_values=True))
+    headers = {name[5:].replace("_", "-").lower(): value for name, value in environ.items()
+               if name.startswith("HTTP_") and name != "HTTP_AUTHORIZATION"}
+    for name in ("CONTENT_LENGTH", "CONTENT_TYPE"):  # WSGI keeps these two without HTTP_
+        if environ.get(name):
+            headers[name.replace("_", "-").lower()] = environ[name]
+    method = str(environ["REQUEST_METHOD"]).upper()
+    return S3Request(method=method, bucket=bucket, key=key, query=query, headers=headers,
+                     op=operation_name(method, bucket, key, query, headers))
+
+
+def _drain(environ: Mapping[str, Any]) -> None:
+    """Read the request body we are not going to hand to moto, so the client is done sending."""
+    from werkzeug.wsgi import get_input_stream
+
+    stream = get_input_stream(dict(environ), safe_fallback=True)
+    while stream.read(1 << 20):
+        pass
+
+
+def _request_id() -> str:
+    return os.urandom(8).hex().upper()  # not `random`: a user's seeded sequence stays theirs
+
+
+def _error_xml(fault: S3Fault, request: S3Request) -> bytes:
+    extra = f"<BucketName>{escape(request.bucket)}</BucketName>" if "Bucket" in fault.code \
+        else f"<Key>{escape(request.key)}</Key>" if fault.code == "NoSuchKey" else ""
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            f"<Error><Code>{escape(fault.code)}</Code><Message>{escape(fault.message)}</Message>"
+            f"{extra}<Resource>/{escape(request.path)}</Resource>"
+            f"<RequestId>{_request_id()}</RequestId><HostId>retryfs-fault</HostId></Error>"
+            ).encode()
+
+
+def _status_line(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"{status} Unknown"
+
+
+def _with_length(headers: list[tuple[str, str]], length: int) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in headers if k.lower() != "content-length"] + [
+        ("Content-Length", str(length))]
+
+
+def _then_drop(payload: bytes) -> Iterator[bytes]:
+    if payload:
+        yield payload
+    raise _Drop("fault: truncated body")
+
+
+def _isolated_session(*, aio: bool) -> Any:
+    """A botocore (or aiobotocore) session that reads no ``AWS_*`` profile or config file."""
+    if aio:
+        from aiobotocore.session import AioSession as Session
+    else:
+        from botocore.session import Session
+    # (config name, env vars, default, conversion): no env var, no file
+    return Session(session_vars={"profile": (None, None, None, None),
+                                 "config_file": (None, None, os.devnull, None),
+                                 "credentials_file": (None, None, os.devnull, None)})
+

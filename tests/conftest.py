@@ -1,0 +1,3 @@
+"""Fixtures shared by the test suite."""
+
+pytest_plugins = ["retryfs.testing.pytest_plugin"]
