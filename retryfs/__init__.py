@@ -5,6 +5,7 @@ every read, write and close of the files it opens, under a ``RetryPolicy``.
 """
 
 from .arrow import RetryingFileSystem
+from .budget import RetryBudget
 from .classify import Decision, ErrorClassifier
 from .engine import no_sleep
 from .errors import CommitNotVisibleError
@@ -17,6 +18,7 @@ __all__ = [
     "CommitNotVisibleError",
     "Decision",
     "ErrorClassifier",
+    "RetryBudget",
     "RetryEvent",
     "RetryPolicy",
     "RetryStats",

@@ -15,12 +15,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from .budget import RetryBudget, TokenBucket, bucket_for, normalize_budget
 from .classify import ErrorClassifier
 from .commits import FailedCommits, install_copy_files_guard
 from .engine import Retrier
 from .policy import OPERATION_GROUPS, RetryPolicy, resolve_overrides
 from .stats import RetryStats
 from .streams import DEFAULT_SPOOL_MEMORY, ReplayableOutputStream, ResumableInputFile
+from .timeouts import TimedInputStream, resolve_timeouts, timed
 
 __all__ = ["RetryingFileSystem", "RetryingHandler", "as_arrow_filesystem"]
 
@@ -64,6 +66,8 @@ class RetryingHandler(pafs.FileSystemHandler):
         stats: RetryStats | None = None,
         verify_writes: bool = True,
         spool_memory: int = DEFAULT_SPOOL_MEMORY,
+        budget: RetryBudget | bool = True,
+        timeout: float | Mapping[str, float] | None = None,
     ) -> None:
         if policy is None:
             policy = RetryPolicy()
@@ -88,7 +92,13 @@ class RetryingHandler(pafs.FileSystemHandler):
         self.spool_memory = spool_memory
         self.stats = stats if stats is not None else RetryStats()
         self.failed_commits = FailedCommits()
-        self.retrier = Retrier(self.policy_for, classifier, self.stats)
+        self.budget = normalize_budget(budget)  # configuration; the bucket is process state
+        self.timeouts = resolve_timeouts(timeout)
+        bucket = bucket_for(self.inner, self.budget) if self.budget is not None else None
+        self.retrier = Retrier(self.policy_for, classifier, self.stats, budget=bucket,
+                               timeouts=self.timeouts)
+        if self.timeouts:
+            self._call = self._timed_call  # type: ignore[method-assign]
 
     # -- configuration ---------------------------------------------------------------------------
     def policy_for(self, operation: str) -> RetryPolicy:
@@ -110,6 +120,8 @@ class RetryingHandler(pafs.FileSystemHandler):
             "per_operation": dict(self.per_operation),
             "verify_writes": self.verify_writes,
             "spool_memory": self.spool_memory,
+            "budget": self.budget if self.budget is not None else False,
+            "timeout": dict(self.timeouts) or None,
         }
 
     def __eq__(self, other: object) -> bool:
@@ -131,6 +143,12 @@ class RetryingHandler(pafs.FileSystemHandler):
 
     # -- the 15 FileSystemHandler methods ------------------------------------------------------
     def _call(self, operation: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.retrier.call(operation, path, fn, *args, **kwargs)
+
+    def _timed_call(self, operation: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        seconds = self.timeouts.get(operation)
+        if seconds is not None:
+            fn = timed(fn, seconds, operation, path)
         return self.retrier.call(operation, path, fn, *args, **kwargs)
 
     def get_type_name(self) -> str:
@@ -211,8 +229,12 @@ class RetryingHandler(pafs.FileSystemHandler):
     def _open_input(self, operation: str, path: str, *, seekable: bool) -> pa.NativeFile:
         opener = getattr(self.inner, operation)
 
+        read_timeout = self.timeouts.get("read")
+
         def reopen() -> Any:
-            return self._call(operation, path, opener, path)
+            inner = self._call(operation, path, opener, path)
+            return inner if read_timeout is None else TimedInputStream(inner, read_timeout,
+                                                                       "read", path)
 
         stream = ResumableInputFile(path, reopen(), reopen, self.retrier, seekable=seekable)
         return pa.PythonFile(stream, mode="r")
@@ -246,11 +268,13 @@ class RetryingFileSystem(pafs.PyFileSystem):
         stats: RetryStats | None = None,
         verify_writes: bool = True,
         spool_memory: int = DEFAULT_SPOOL_MEMORY,
+        budget: RetryBudget | bool = True,
+        timeout: float | Mapping[str, float] | None = None,
     ) -> None:
         handler = fs if isinstance(fs, RetryingHandler) else RetryingHandler(
             fs, policy, classifier=classifier, retryable_messages=retryable_messages,
             per_operation=per_operation, stats=stats, verify_writes=verify_writes,
-            spool_memory=spool_memory,
+            spool_memory=spool_memory, budget=budget, timeout=timeout,
         )
         super().__init__(handler)
         self.__dict__["_retry_handler"] = handler
@@ -274,6 +298,11 @@ class RetryingFileSystem(pafs.PyFileSystem):
     @property
     def stats(self) -> RetryStats:
         return self.retry_handler.stats
+
+    @property
+    def retry_budget(self) -> TokenBucket | None:
+        """The live retry budget of the wrapped endpoint in this process (None: no budget)."""
+        return self.retry_handler.retrier.budget
 
     def failed_commits(self) -> dict[str, BaseException]:
         """Objects whose commit finally failed in this process and was not redone since."""

@@ -1,42 +1,59 @@
 """The retry loop every operation goes through.
 
 The happy path is one call and one counter. On failure: classify, stop on a permanent error,
-compute the delay, stop if retries or the deadline ran out, sleep, try again. On give-up the
-last original exception is raised (same object, same type, same message) with a note of the
-attempts made.
+compute the delay (the longer throttle schedule for throttling errors, at least the server's
+Retry-After when the error carries one), stop if retries, the deadline or the endpoint's retry
+budget ran out, sleep, try again. On give-up the last original exception is raised (same object,
+same type, same message) with a note of the attempts made.
+
+The same loop exists for coroutines (:meth:`Retrier.acall`, the fsspec async face), with a
+per-attempt timeout (:meth:`Retrier.timeout_for`) applied on the event loop.
+
+Test mode (:func:`no_sleep`, or ``RETRYFS_NO_SLEEP=1`` in the environment) skips every backoff
+sleep and sets the retry budget aside; attempts, classification, logs and counters are as usual.
 """
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .classify import Decision, ErrorClassifier
+from .budget import TokenBucket
+from .classify import Decision, ErrorClassifier, exception_chain
 from .policy import RetryPolicy
 from .stats import RetryEvent, RetryStats
+from .timeouts import AttemptTimeoutError, wait_for_attempt
 
-__all__ = ["Retrier", "no_sleep", "sleeping_disabled"]
+__all__ = ["AttemptTimeoutError", "Retrier", "no_sleep", "retry_after_of", "sleeping_disabled"]
 
 T = TypeVar("T")
 
 _no_sleep_depth = 0
 _no_sleep_lock = threading.Lock()
+_TRUE = ("1", "true", "yes", "on")
 
 
 def sleeping_disabled() -> bool:
     """True inside :func:`no_sleep` or when ``RETRYFS_NO_SLEEP=1`` is set (test mode)."""
-    return _no_sleep_depth > 0 or os.environ.get("RETRYFS_NO_SLEEP", "") in ("1", "true", "yes")
+    return _no_sleep_depth > 0 or os.environ.get("RETRYFS_NO_SLEEP", "").lower() in _TRUE
 
 
 @contextmanager
 def no_sleep() -> Iterator[None]:
     """Test mode: retries happen at once, without waiting out the backoff schedule.
 
-    Attempts, classification and counters behave as usual; only the sleeps are skipped.
+    Attempts, classification, logs, hooks and counters behave as usual; only the sleeps are
+    skipped (``sleep_seconds`` stays 0) and the process-wide retry budget is set aside, so that
+    faults injected on purpose in one test never drain the budget of the next. Process-wide
+    (every thread), nestable. ``RETRYFS_NO_SLEEP=1`` in the environment does the same for a
+    whole test run.
     """
     global _no_sleep_depth
     with _no_sleep_lock:
@@ -53,12 +70,115 @@ def _sleep(seconds: float) -> None:
         time.sleep(seconds)
 
 
+# -- Retry-After ---------------------------------------------------------------------------------
+
+def _header(headers: Any, *names: str) -> str | None:
+    """The first of ``names`` in a headers object (dict, CaseInsensitiveDict, CIMultiDict...)."""
+    items = getattr(headers, "items", None)
+    if not callable(items):
+        return None
+    try:
+        found = {str(k).lower(): v for k, v in items()}
+    except Exception:  # noqa: BLE001 - not a headers object after all
+        return None
+    for name in names:
+        value = found.get(name)
+        if value is not None:
+            return str(value)
+    return None
+
+
+def _headers_of(exc: BaseException) -> Any:
+    response = getattr(exc, "response", None)
+    if isinstance(response, Mapping):  # botocore ClientError: lower-cased header names
+        return response.get("ResponseMetadata", {}).get("HTTPHeaders")
+    if response is not None:  # requests, azure-core, google-api-core (requests response)
+        headers = getattr(response, "headers", None)
+        if headers is not None:
+            return headers
+    return getattr(exc, "headers", None)  # aiohttp ClientResponseError
+
+
+def _parse_retry_after(value: str, now: float | None = None) -> float | None:
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds or seconds == float("inf"):  # nan / inf
+        return None
+    return max(0.0, seconds)
+
+
+def retry_after_of(error: BaseException) -> float | None:
+    """Seconds a server asked to wait before retrying, if ``error`` (or its cause) says so.
+
+    Looks at a ``retry_after`` attribute (seconds), then at the response headers the HTTP
+    libraries keep: botocore's ``ClientError.response["ResponseMetadata"]["HTTPHeaders"]``,
+    ``error.response.headers`` (requests, azure-core, google-api-core) and ``error.headers``
+    (aiohttp). ``retry-after-ms`` / ``x-ms-retry-after-ms`` (milliseconds) win over
+    ``Retry-After`` (seconds or an HTTP date).
+    """
+    for link in exception_chain(error):
+        own = getattr(link, "retry_after", None)
+        if isinstance(own, (int, float)) and not isinstance(own, bool) and own >= 0:
+            return float(own)
+        headers = _headers_of(link)
+        if headers is None:
+            continue
+        millis = _header(headers, "retry-after-ms", "x-ms-retry-after-ms")
+        if millis is not None:
+            try:
+                return max(0.0, float(millis) / 1000.0)
+            except ValueError:
+                pass
+        value = _header(headers, "retry-after")
+        if value is not None:
+            parsed = _parse_retry_after(value)
+            if parsed is not None:
+                return parsed
+    return None
+
+
+def _is_timeout(error: BaseException) -> bool:
+    for link in exception_chain(error):
+        if isinstance(link, TimeoutError):
+            return True
+        name = type(link).__name__
+        if name in ("ReadTimeoutError", "ConnectTimeoutError", "ReadTimeout", "ConnectTimeout",
+                    "ServerTimeoutError", "DeadlineExceeded"):
+            return True
+    return False
+
+
+# -- the loop ------------------------------------------------------------------------------------
+
+@dataclass
+class _Step:
+    """What to do after a failed attempt."""
+
+    delay: float | None  # None: give up
+    retryable: bool
+    cost: int = 0  # budget tokens taken for this retry
+
+
 class Retrier:
-    """Runs callables under a policy, a classifier and a stats sink.
+    """Runs callables under a policy, a classifier, a stats sink and a retry budget.
 
     ``policy_for(operation)`` picks the policy of an operation (per-operation overrides);
     ``reconcile(exc)``, given per call, turns an error seen on a *retry* into success when the
     first attempt may already have done the work (a delete that now finds nothing).
+    ``budget`` is the endpoint's :class:`~retryfs.budget.TokenBucket` (``None``: unlimited).
+    ``timeouts`` maps operation names to per-attempt timeouts in seconds; the sync faces apply
+    them where an attempt can be abandoned safely, :meth:`acall` applies them itself.
     """
 
     def __init__(
@@ -68,13 +188,25 @@ class Retrier:
         stats: RetryStats,
         sleep: Callable[[float], None] = _sleep,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        budget: TokenBucket | None = None,
+        timeouts: Mapping[str, float] | None = None,
+        async_sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self.policy_for = policy_for
         self.classifier = classifier
         self.stats = stats
         self.sleep = sleep
         self.clock = clock
+        self.budget = budget
+        self.timeouts: dict[str, float] = dict(timeouts or {})
+        self.async_sleep = async_sleep
 
+    def timeout_for(self, operation: str) -> float | None:
+        """The per-attempt timeout of ``operation`` in seconds (``None``: none)."""
+        return self.timeouts.get(operation)
+
+    # -- sync ------------------------------------------------------------------------------------
     def call(
         self,
         operation: str,
@@ -86,33 +218,68 @@ class Retrier:
     ) -> T:
         try:
             result = fn(*args, **kwargs)
-        except Exception as first_error:  # noqa: BLE001 - every failure is classified
-            return self._retry(operation, path, fn, args, kwargs, first_error, reconcile)
-        self.stats.record_success(operation, 1)
-        return result
+        except Exception as exc:  # noqa: BLE001 - every failure is classified
+            first_error = exc
+        else:
+            self.stats.record_success(operation, 1)
+            budget = self.budget
+            if budget is not None and budget.available < budget.capacity:
+                budget.release(budget.config.success_refund)
+            return result
+        # Retried outside the except block: a later attempt's error must not get this one as
+        # its __context__ (classification walks the context; a throttle would stick).
+        return self._retry(operation, path, fn, args, kwargs, first_error, reconcile)
 
     def decide(self, operation: str, path: str, error: BaseException, attempt: int,
                started: float) -> tuple[float | None, bool]:
         """``(delay before the next attempt or None to give up, whether error is retryable)``.
 
-        Logs and counts retries and give-ups.
+        Logs and counts retries and give-ups; takes the retry's tokens from the budget.
         """
+        step = self._step(operation, path, error, attempt, started)
+        return step.delay, step.retryable
+
+    def _step(self, operation: str, path: str, error: BaseException, attempt: int,
+              started: float) -> _Step:
         policy = self.policy_for(operation)
         decision = self.classifier.classify(error)
         if decision is Decision.FAIL:
-            return None, False
+            return _Step(None, False)
         throttled = decision is Decision.THROTTLE
         delay = policy.delay(attempt, throttled=throttled)
-        out_of_time = (policy.deadline is not None
-                       and self.clock() - started + delay > policy.deadline)
-        if attempt >= policy.max_attempts or out_of_time:
-            self.stats.record_giveup(RetryEvent(operation, path, attempt, policy.max_attempts,
-                                                error, 0.0, throttled, gave_up=True))
-            _note(error, operation, path, attempt, self.clock() - started, out_of_time)
-            return None, True
-        self.stats.record_retry(RetryEvent(operation, path, attempt, policy.max_attempts,
-                                           error, delay, throttled))
-        return delay, True
+        retry_after = retry_after_of(error)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, policy.max_delay))
+        timed_out = _is_timeout(error)
+        reason = ""
+        if attempt >= policy.max_attempts:
+            reason = "no attempts left"
+        elif policy.deadline is not None and self.clock() - started + delay > policy.deadline:
+            reason = "deadline reached"
+        cost = 0
+        budget = self.budget
+        if not reason and budget is not None and not sleeping_disabled():
+            cost = budget.config.cost(throttled=throttled, timed_out=timed_out)
+            if not budget.acquire(cost):
+                reason, cost = "retry budget exhausted", 0
+        if reason:
+            self.stats.record_giveup(RetryEvent(
+                operation, path, attempt, policy.max_attempts, error, 0.0, throttled,
+                gave_up=True, retry_after=retry_after, reason=reason, timed_out=timed_out))
+            _note(error, operation, path, attempt, self.clock() - started, reason, budget,
+                  self.stats.redact)
+            return _Step(None, True)
+        self.stats.record_retry(
+            RetryEvent(operation, path, attempt, policy.max_attempts, error, delay, throttled,
+                       retry_after=retry_after, timed_out=timed_out),
+            slept=0.0 if sleeping_disabled() else delay)
+        return _Step(delay, True, cost)
+
+    def _succeeded(self, operation: str, attempts: int, last_cost: int) -> None:
+        self.stats.record_success(operation, attempts)
+        budget = self.budget
+        if budget is not None:  # botocore: a recovered call gives back its last retry's cost
+            budget.release(last_cost if attempts > 1 else budget.config.success_refund)
 
     def _retry(self, operation: str, path: str, fn: Callable[..., T], args: tuple[Any, ...],
                kwargs: dict[str, Any], error: Exception,
@@ -120,28 +287,81 @@ class Retrier:
         started = self.clock()
         attempt = 1
         while True:
-            delay, retryable = self.decide(operation, path, error, attempt, started)
-            if delay is None:
-                self.stats.record_failure(operation, attempt, gave_up=retryable)
+            step = self._step(operation, path, error, attempt, started)
+            if step.delay is None:
+                self.stats.record_failure(operation, attempt, gave_up=step.retryable)
                 raise error
-            self.sleep(delay)
+            self.sleep(step.delay)
             attempt += 1
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001
                 if reconcile is not None and reconcile(exc):
-                    self.stats.record_success(operation, attempt)
+                    self._succeeded(operation, attempt, step.cost)
                     return None  # type: ignore[return-value]
                 error = exc
                 continue
-            self.stats.record_success(operation, attempt)
+            self._succeeded(operation, attempt, step.cost)
+            return result
+
+    # -- async -----------------------------------------------------------------------------------
+    async def acall(
+        self,
+        operation: str,
+        path: str,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        reconcile: Callable[[BaseException], bool] | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """``await fn(*args, **kwargs)`` under the same retry loop, for coroutine functions.
+
+        Each attempt is bounded by ``timeout_for(operation)`` (the attempt is cancelled and an
+        :class:`~retryfs.timeouts.AttemptTimeoutError`, a retryable ``TimeoutError``, raised);
+        backoff waits with ``asyncio.sleep`` and never blocks the event loop.
+        """
+        timeout = self.timeouts.get(operation)
+        attempt = 1
+        started: float | None = None
+        cost = 0
+        while True:
+            try:
+                if timeout is None:
+                    result = await fn(*args, **kwargs)
+                else:
+                    result = await wait_for_attempt(fn(*args, **kwargs), timeout, operation,
+                                                    path)
+            except Exception as exc:  # noqa: BLE001 - every failure is classified
+                if attempt > 1 and reconcile is not None and reconcile(exc):
+                    self._succeeded(operation, attempt, cost)
+                    return None  # type: ignore[return-value]
+                if started is None:
+                    started = self.clock()
+                step = self._step(operation, path, exc, attempt, started)
+                if step.delay is None:
+                    self.stats.record_failure(operation, attempt, gave_up=step.retryable)
+                    raise
+                cost = step.cost
+                if step.delay > 0 and not sleeping_disabled():
+                    await (self.async_sleep or asyncio.sleep)(step.delay)
+                attempt += 1
+                continue
+            if attempt == 1:
+                self.stats.record_success(operation, 1)
+                budget = self.budget
+                if budget is not None and budget.available < budget.capacity:
+                    budget.release(budget.config.success_refund)
+            else:
+                self._succeeded(operation, attempt, cost)
             return result
 
 
 def _note(error: BaseException, operation: str, path: str, attempts: int, elapsed: float,
-          out_of_time: bool) -> None:
-    reason = "deadline reached" if out_of_time else "no attempts left"
+          reason: str, budget: TokenBucket | None, redact: Callable[[str], str]) -> None:
+    if reason == "retry budget exhausted" and budget is not None:
+        reason = (f"retry budget of {budget.endpoint} exhausted: too many retries without a "
+                  "success in this process")
     note = (f"retryfs: {operation} {path!r} gave up after {attempts} attempt(s) "
             f"in {elapsed:.2f}s ({reason})")
     if hasattr(error, "add_note"):
-        error.add_note(note)
+        error.add_note(redact(note))

@@ -1,29 +1,147 @@
 """What happened: counters, retry events, log lines and caller hooks.
 
 Counters live in one process (stats never travel by pickle: a wrapper unpickled on a Ray worker
-starts at zero). They are exact under concurrency: every update takes one short lock.
+starts at zero). They are exact under concurrency: every update takes one short lock. Retries
+and give-ups are counted as they happen (a scrape during an outage sees them climb); calls and
+attempts when a call ends, so that once no call is in flight ``attempts == calls + retries``.
+
+Log lines (logger ``retryfs``)::
+
+    WARNING retryfs: get_file_info 'bucket/ckpt' failed (attempt 1 of 10): OSError[SLOW_DOWN]:
+            AWS Error SLOW_DOWN during HeadObject operation: ...; retrying in 2.00s (throttled)
+    ERROR   retryfs: get_file_info 'bucket/ckpt' gave up after 10 attempt(s) (no attempts left):
+            OSError[SLOW_DOWN]: AWS Error SLOW_DOWN during HeadObject operation: ...
+
+Paths and messages are redacted before they are logged (keys, tokens, signatures, passwords,
+URL userinfo); metrics carry operation names and error classes only, never paths.
 """
 
 from __future__ import annotations
 
+import errno as errno_module
 import logging
+import re
+import sys
 import threading
-from collections import defaultdict
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RetryEvent", "RetryStats", "logger"]
+from .classify import http_status_of
+
+__all__ = ["RetryEvent", "RetryStats", "all_stats", "basic_redact", "error_kind", "logger"]
 
 logger = logging.getLogger("retryfs")
 
-_COUNTERS = ("calls", "attempts", "retries", "giveups", "recovered", "sleep_seconds",
-             "bytes_replayed")
+#: The counters of every operation (and of the totals), in snapshot order.
+COUNTERS = ("calls", "attempts", "retries", "giveups", "recovered", "sleep_seconds",
+            "bytes_replayed", "throttled", "timeouts", "budget_exhausted")
+_COUNTERS = COUNTERS  # the name the first version used
+
+# -- secrets -------------------------------------------------------------------------------------
+
+_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # scheme://user:password@host -> scheme://***@host
+    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@"), r"\1***@"),
+    # key=value secrets in query strings, options, connection strings
+    (re.compile(
+        r"(?i)\b((?:x-amz-)?signature|x-amz-credential|x-amz-security-token|awsaccesskeyid|"
+        r"sig|token|access[_-]?token|session[_-]?token|security[_-]?token|"
+        r"secret|secret[_-]?(?:access[_-]?)?key|aws[_-]?secret[_-]?access[_-]?key|"
+        r"access[_-]?key(?:[_-]?id)?|account[_-]?key|sas[_-]?token|sas|client[_-]?secret|"
+        r"password|passwd|pwd|credential|key|private[_-]?key)"
+        r"(\s*[=:]\s*)(['\"]?)[^&\s'\";,)}]+"),
+     r"\1\2\3***"),
+    # Authorization headers
+    (re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:\w+\s+)?[^\s,;]+"), r"\1***"),
+    # AWS access key ids
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "***"),
+)
+
+
+def basic_redact(text: str) -> str:
+    """Hide secrets in ``text`` (used when the project's ``retryfs.uri.redact`` is absent)."""
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+_default_redact: Callable[[str], str] | None = None
+
+
+def default_redact(text: str) -> str:
+    """The project's redactor (``retryfs.uri.redact``) if present, else :func:`basic_redact`.
+
+    Both are applied when both exist: the URI redactor knows query parameters, the basic one
+    catches secrets in free text (error messages).
+    """
+    global _default_redact
+    if _default_redact is None:
+        try:
+            from .uri import redact as uri_redact
+        except Exception:  # noqa: BLE001 - uri.py is optional to this module
+            _default_redact = basic_redact
+        else:
+            def both(value: str) -> str:
+                return basic_redact(uri_redact(value))
+
+            _default_redact = both
+    return _default_redact(text)
+
+
+# -- error classes -------------------------------------------------------------------------------
+
+_AWS_ERROR = re.compile(r"AWS Error ([A-Z][A-Z_]+)")
+_HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
+
+
+def error_kind(error: BaseException) -> str:
+    """A short, bounded name for an error: its class, and what it says when that is all it is.
+
+    pyarrow's S3 errors are all ``OSError``; the AWS error name tells them apart:
+    ``OSError[SLOW_DOWN]``, ``OSError[NETWORK_CONNECTION]``. Provider codes
+    (``ClientError[SlowDown]``), HTTP statuses (``HttpResponseError[503]``) and errno names
+    (``OSError[ECONNRESET]``) likewise. Used as the error label of counters and metrics.
+    """
+    name = type(error).__name__
+    detail: str | None = None
+    text = str(error)
+    found = _AWS_ERROR.search(text)
+    if found:
+        detail = found.group(1)
+        if detail == "UNKNOWN":
+            status = _HTTP_STATUS.search(text)
+            detail = f"HTTP {status.group(1)}" if status else detail
+    if detail is None:
+        response = getattr(error, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            if isinstance(code, str) and code.isidentifier() and len(code) <= 64:
+                detail = code
+    if detail is None:
+        code = getattr(error, "error_code", None)
+        if isinstance(code, str) and code.isidentifier() and len(code) <= 64:
+            detail = code
+    if detail is None:
+        status = http_status_of(error)
+        if status is not None:
+            detail = f"HTTP {status}"
+    if detail is None and type(error) is OSError:
+        number = getattr(error, "errno", None)
+        if isinstance(number, int) and number in errno_module.errorcode:
+            detail = errno_module.errorcode[number]
+    return f"{name}[{detail}]" if detail else name
 
 
 @dataclass(frozen=True)
 class RetryEvent:
-    """One failed attempt that will be retried (or, with ``gave_up``, the final failure)."""
+    """One failed attempt that will be retried (or, with ``gave_up``, the final failure).
+
+    ``delay`` is the wait before the next attempt (0 on a give-up); ``retry_after`` the
+    server's Retry-After when the error carried one; ``reason`` why a give-up happened
+    (``"no attempts left"``, ``"deadline reached"``, ``"retry budget exhausted"``).
+    """
 
     operation: str
     path: str
@@ -33,10 +151,14 @@ class RetryEvent:
     delay: float
     throttled: bool = False
     gave_up: bool = False
+    retry_after: float | None = None
+    reason: str = ""
+    timed_out: bool = False
+    error_class: str = field(default="", compare=False)
 
-    @property
-    def error_class(self) -> str:
-        return type(self.error).__name__
+    def __post_init__(self) -> None:
+        if not self.error_class:
+            object.__setattr__(self, "error_class", error_kind(self.error))
 
 
 def _short(error: BaseException, limit: int = 200) -> str:
@@ -44,41 +166,69 @@ def _short(error: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-@dataclass
 class _Counters:
-    calls: int = 0
-    attempts: int = 0
-    retries: int = 0
-    giveups: int = 0
-    recovered: int = 0
-    sleep_seconds: float = 0.0
-    bytes_replayed: int = 0
-    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    __slots__ = (*COUNTERS, "errors")
+
+    def __init__(self) -> None:
+        self.calls = self.attempts = self.retries = self.giveups = self.recovered = 0
+        self.sleep_seconds = 0.0
+        self.bytes_replayed = self.throttled = self.timeouts = self.budget_exhausted = 0
+        self.errors: dict[str, list[int]] = {}  # error class -> [retries, giveups]
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTERS}
-        out["errors"] = dict(self.errors)
+        out: dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
+        out["errors"] = {cls: counts[0] for cls, counts in self.errors.items() if counts[0]}
+        out["by_error"] = {cls: {"retries": counts[0], "giveups": counts[1]}
+                           for cls, counts in self.errors.items()}
         return out
 
 
-class RetryStats:
-    """Thread-safe counters per operation, plus hooks called on every retry and give-up.
+_registry_lock = threading.Lock()
+_all_stats: weakref.WeakSet[RetryStats] = weakref.WeakSet()
 
-    ``snapshot()`` returns ``calls``, ``attempts``, ``retries`` (attempts beyond the first),
-    ``giveups``, ``recovered`` (calls that succeeded after a retry), ``sleep_seconds``,
-    ``bytes_replayed``, ``errors`` (retries by error class) and ``by_operation``.
+
+def all_stats() -> list[RetryStats]:
+    """Every live RetryStats in this process (what the exporters export by default)."""
+    with _registry_lock:
+        return list(_all_stats)
+
+
+class RetryStats:
+    """Thread-safe counters per operation and error class, plus hooks on retry and give-up.
+
+    ``snapshot()`` returns the totals ``calls``, ``attempts``, ``retries`` (attempts beyond the
+    first), ``giveups``, ``recovered`` (calls that succeeded after a retry), ``sleep_seconds``
+    (backoff actually waited), ``bytes_replayed`` (bytes written again into a fresh upload),
+    ``throttled`` (retries of throttling errors), ``timeouts`` (retries after a per-attempt
+    timeout), ``budget_exhausted`` (give-ups because the retry budget was empty), ``errors``
+    (retries by error class), ``by_error`` (``{class: {"retries", "giveups"}}``) and
+    ``by_operation`` (all of the above per filesystem method).
+
+    ``redact`` hides secrets in the paths and messages that are logged; by default the
+    project's redactor.
     """
 
     def __init__(self, redact: Callable[[str], str] | None = None) -> None:
         self._lock = threading.Lock()
-        self._by_op: dict[str, _Counters] = defaultdict(_Counters)
+        self._by_op: dict[str, _Counters] = {}
         self._on_retry: list[Callable[[RetryEvent], None]] = []
         self._on_giveup: list[Callable[[RetryEvent], None]] = []
-        self._redact = redact or (lambda text: text)
+        self._redact = redact or default_redact
+        self._generation = 0  # bumped by reset(), so exporters can tell a reset from a lull
+        with _registry_lock:
+            _all_stats.add(self)
+        if "ray" in sys.modules:  # inside Ray: retries show on the Ray dashboard
+            from .exporters import _maybe_start_ray_export
+
+            _maybe_start_ray_export()
 
     # -- hooks ------------------------------------------------------------------------------
     def on_retry(self, callback: Callable[[RetryEvent], None]) -> Callable[[RetryEvent], None]:
-        """Call ``callback(event)`` before every retry sleep (usable as a decorator)."""
+        """Call ``callback(event)`` before every retry sleep (usable as a decorator).
+
+        Callbacks run on the thread that retries, outside any lock; an exception they raise is
+        logged and otherwise ignored (telemetry never breaks I/O).
+        """
         self._on_retry.append(callback)
         return callback
 
@@ -87,72 +237,136 @@ class RetryStats:
         self._on_giveup.append(callback)
         return callback
 
+    def remove_hook(self, callback: Callable[[RetryEvent], None]) -> None:
+        """Stop calling ``callback`` (registered with on_retry or on_giveup)."""
+        for hooks in (self._on_retry, self._on_giveup):
+            while callback in hooks:
+                hooks.remove(callback)
+
+    def _run_hooks(self, hooks: list[Callable[[RetryEvent], None]], event: RetryEvent) -> None:
+        for callback in list(hooks):
+            try:
+                callback(event)
+            except Exception:  # noqa: BLE001 - a telemetry hook must not fail the I/O
+                logger.warning("retryfs: %s hook %r raised; ignored", event.operation, callback,
+                               exc_info=True)
+
     # -- recording (called by the engine) -----------------------------------------------------
+    def _counters(self, operation: str) -> _Counters:
+        counters = self._by_op.get(operation)
+        if counters is None:
+            counters = self._by_op[operation] = _Counters()
+        return counters
+
     def record_success(self, operation: str, attempts: int) -> None:
+        """A call that returned after ``attempts`` attempts (its retries were counted live)."""
         with self._lock:
-            counters = self._by_op[operation]
+            counters = self._by_op.get(operation)
+            if counters is None:
+                counters = self._by_op[operation] = _Counters()
             counters.calls += 1
             counters.attempts += attempts
             if attempts > 1:
-                counters.retries += attempts - 1
                 counters.recovered += 1
 
-    def record_failure(self, operation: str, attempts: int, gave_up: bool) -> None:
-        """A call that raised: ``gave_up`` when it was retryable but retries ran out."""
+    def record_failure(self, operation: str, attempts: int, gave_up: bool = False) -> None:
+        """A call that raised after ``attempts`` attempts (a give-up was counted live)."""
         with self._lock:
-            counters = self._by_op[operation]
+            counters = self._counters(operation)
             counters.calls += 1
             counters.attempts += attempts
-            counters.retries += attempts - 1
-            if gave_up:
-                counters.giveups += 1
 
-    def record_retry(self, event: RetryEvent) -> None:
+    def record_retry(self, event: RetryEvent, slept: float | None = None) -> None:
+        """A failed attempt that will be retried after ``event.delay`` seconds.
+
+        ``slept`` is what will really be waited (0 in test mode); ``event.delay`` by default.
+        """
         with self._lock:
-            counters = self._by_op[event.operation]
-            counters.sleep_seconds += event.delay
-            counters.errors[event.error_class] += 1
-        logger.warning(
-            "retryfs: %s %r failed (attempt %d/%d): %s: %s; retrying in %.2fs%s",
-            event.operation, self._redact(event.path), event.attempt, event.max_attempts,
-            event.error_class, self._redact(_short(event.error)), event.delay,
-            " (throttled)" if event.throttled else "",
-        )
-        for callback in self._on_retry:
-            callback(event)
+            counters = self._counters(event.operation)
+            counters.retries += 1
+            counters.sleep_seconds += event.delay if slept is None else slept
+            counters.throttled += event.throttled
+            counters.timeouts += event.timed_out
+            per_error = counters.errors.get(event.error_class)
+            if per_error is None:
+                per_error = counters.errors[event.error_class] = [0, 0]
+            per_error[0] += 1
+        if logger.isEnabledFor(logging.WARNING):
+            notes = [note for flag, note in (
+                (event.throttled, "throttled"),
+                (event.retry_after is not None,
+                 f"Retry-After {event.retry_after:g}s" if event.retry_after is not None else ""),
+            ) if flag]
+            logger.warning(
+                "retryfs: %s %r failed (attempt %d of %d): %s: %s; retrying in %.2fs%s",
+                event.operation, self._redact(event.path), event.attempt, event.max_attempts,
+                event.error_class, self._redact(_short(event.error)), event.delay,
+                f" ({', '.join(notes)})" if notes else "",
+            )
+        if self._on_retry:
+            self._run_hooks(self._on_retry, event)
 
     def record_giveup(self, event: RetryEvent) -> None:
+        """A retryable failure that will not be retried again: out of attempts, time or budget."""
+        with self._lock:
+            counters = self._counters(event.operation)
+            counters.giveups += 1
+            if event.reason == "retry budget exhausted":
+                counters.budget_exhausted += 1
+            per_error = counters.errors.get(event.error_class)
+            if per_error is None:
+                per_error = counters.errors[event.error_class] = [0, 0]
+            per_error[1] += 1
         logger.error(
-            "retryfs: %s %r gave up after %d attempt(s): %s: %s",
-            event.operation, self._redact(event.path), event.attempt, event.error_class,
+            "retryfs: %s %r gave up after %d attempt(s)%s: %s: %s",
+            event.operation, self._redact(event.path), event.attempt,
+            f" ({event.reason})" if event.reason else "", event.error_class,
             self._redact(_short(event.error)),
         )
-        for callback in self._on_giveup:
-            callback(event)
+        if self._on_giveup:
+            self._run_hooks(self._on_giveup, event)
 
     def record_replay(self, operation: str, nbytes: int) -> None:
         with self._lock:
-            self._by_op[operation].bytes_replayed += nbytes
+            self._counters(operation).bytes_replayed += nbytes
+
+    def redact(self, text: str) -> str:
+        """``text`` with secrets hidden, the way log lines are."""
+        return self._redact(text)
 
     # -- reading ----------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Totals and ``by_operation``: plain dicts, safe to keep or serialise."""
         with self._lock:
             by_op = {op: c.as_dict() for op, c in self._by_op.items()}
-        totals: dict[str, Any] = {name: 0 for name in _COUNTERS}
-        errors: dict[str, int] = defaultdict(int)
+        totals: dict[str, Any] = {name: 0 for name in COUNTERS}
+        totals["sleep_seconds"] = 0.0
+        errors: dict[str, int] = {}
+        by_error: dict[str, dict[str, int]] = {}
         for counters in by_op.values():
-            for name in _COUNTERS:
+            for name in COUNTERS:
                 totals[name] += counters[name]
-            for cls, count in counters["errors"].items():
-                errors[cls] += count
-        totals["errors"] = dict(errors)
+            for cls, counts in counters["by_error"].items():
+                mine = by_error.setdefault(cls, {"retries": 0, "giveups": 0})
+                mine["retries"] += counts["retries"]
+                mine["giveups"] += counts["giveups"]
+                if counts["retries"]:
+                    errors[cls] = errors.get(cls, 0) + counts["retries"]
+        totals["errors"] = errors
+        totals["by_error"] = by_error
         totals["by_operation"] = by_op
         return totals
 
     def reset(self) -> None:
+        """Zero every counter (hooks stay registered)."""
         with self._lock:
             self._by_op.clear()
+            self._generation += 1
+
+    def _export(self) -> tuple[int, dict[str, dict[str, Any]]]:
+        """``(generation, by_operation)`` read together, for exporters that push deltas."""
+        with self._lock:
+            return self._generation, {op: c.as_dict() for op, c in self._by_op.items()}
 
     def __repr__(self) -> str:
         snap = self.snapshot()

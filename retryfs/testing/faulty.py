@@ -6,6 +6,10 @@
     faulty.inject("open_output_stream", errors.network(), times=2)    # first 2 opens fail
     faulty.inject("write", errors.throttle(), skip=2, times=1)         # the 3rd write fails
     faulty.inject("close", errors.commit_failed(), path="ckpt/*.pt")    # every commit fails
+    faulty.inject("read", stall=30)                                     # the 1st read hangs 30 s
+
+A ``stall`` holds the call for that many seconds (a black-holed connection), then goes on
+normally, or raises ``error`` if one is given; ``faulty.release()`` ends every stall at once.
 
 Operations are the 15 ``FileSystemHandler`` method names plus the stream operations ``read``,
 ``write``, ``flush`` and ``close``. Output streams behave like an object store: nothing is
@@ -82,14 +86,16 @@ class Fault:
     """Fail ``operation`` on paths matching ``path`` (a glob): let ``skip`` matches pass, then
     fail ``times`` of them (``None``: every one). ``error`` makes a fresh exception each time.
     ``silent`` (for ``close`` only): report success but drop the object, like a commit that
-    an object store acknowledged and lost."""
+    an object store acknowledged and lost. ``stall``: hold the call that many seconds first
+    (then raise ``error``, or, without one, go on normally)."""
 
     operation: str
-    error: ErrorFactory
+    error: ErrorFactory | None
     path: str = "*"
     skip: int = 0
     times: int | None = 1
     silent: bool = False
+    stall: float | None = None
     seen: int = 0
     fired: int = 0
 
@@ -115,6 +121,17 @@ class _Plan:
         self.faults: list[Fault] = []
         self.calls: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
+        self.unstall = threading.Event()
+
+    def hold(self, fault: Fault) -> None:
+        """Wait out ``fault``'s stall (ended early by ``release``)."""
+        if fault.stall:
+            self.unstall.wait(fault.stall)
+
+    def release(self) -> None:
+        with self.lock:
+            event, self.unstall = self.unstall, threading.Event()
+        event.set()
 
     def check(self, operation: str, path: str) -> Fault | None:
         with self.lock:
@@ -127,7 +144,10 @@ class _Plan:
 
     def maybe_fail(self, operation: str, path: str) -> None:
         fault = self.check(operation, path)
-        if fault is not None and not fault.silent:
+        if fault is None:
+            return
+        self.hold(fault)
+        if fault.error is not None and not fault.silent:
             raise fault.error()
 
 
@@ -166,9 +186,11 @@ class _FaultyOutput(io.RawIOBase):
                 raise OSError(f"upload of {self._path!r} failed earlier: {self._broken}")
             fault = self._plan.check("close", self._path)
             if fault is not None:
+                self._plan.hold(fault)
                 if fault.silent:
                     return
-                raise fault.error()
+                if fault.error is not None:
+                    raise fault.error()
             with self._fs.open_output_stream(self._path, metadata=self._metadata) as out:
                 out.write(self._buffer.getvalue())
         finally:
@@ -298,9 +320,19 @@ class FaultyFileSystem(pafs.PyFileSystem):
     def plan(self) -> _Plan:
         return self.__dict__["_plan"]
 
-    def inject(self, operation: str, error: ErrorFactory | BaseException, *, path: str = "*",
-               skip: int = 0, times: int | None = 1, silent: bool = False) -> Fault:
-        """Add a fault; ``error`` is an exception factory (or an exception, copied each time)."""
+    def inject(self, operation: str, error: ErrorFactory | BaseException | None = None, *,
+               path: str = "*", skip: int = 0, times: int | None = 1, silent: bool = False,
+               stall: float | None = None) -> Fault:
+        """Add a fault; ``error`` is an exception factory (or an exception, copied each time).
+
+        ``stall`` (seconds) holds the call first; a stall without an error is a slow call
+        that then succeeds.
+        """
+        if error is None and not silent and not stall:
+            raise ValueError("a fault needs an error, a stall (seconds) or silent=True")
+        if stall is not None and (isinstance(stall, bool) or not isinstance(stall, (int, float))
+                                  or stall <= 0):
+            raise ValueError(f"stall must be a number of seconds > 0, got {stall!r}")
         if operation not in HANDLER_OPERATIONS + STREAM_OPERATIONS:
             raise ValueError(f"unknown operation {operation!r}; valid: "
                              f"{', '.join(HANDLER_OPERATIONS + STREAM_OPERATIONS)}")
@@ -309,17 +341,23 @@ class FaultyFileSystem(pafs.PyFileSystem):
         if isinstance(error, BaseException):
             template = error
             error = lambda: type(template)(*template.args)  # noqa: E731
-        fault = Fault(operation, error, path=path, skip=skip, times=times, silent=silent)
+        fault = Fault(operation, error, path=path, skip=skip, times=times, silent=silent,
+                      stall=stall)
         with self.plan.lock:
             self.plan.faults.append(fault)
         return fault
 
     def clear(self) -> None:
-        """Remove every fault and zero the counters."""
+        """Remove every fault, end every stall and zero the counters."""
         with self.plan.lock:
             self.plan.faults.clear()
             self.plan.calls.clear()
             self.plan.injected.clear()
+        self.plan.release()
+
+    def release(self) -> None:
+        """End every stall in progress now (the stalled calls go on as their fault says)."""
+        self.plan.release()
 
     @property
     def calls(self) -> Counter[str]:
