@@ -254,6 +254,19 @@ class TimedInputStream:
             return self._run(inner.read)
         return self._run(lambda: inner.read(size))
 
+    def __getattr__(self, name: str) -> Any:
+        # read_buffer only where the inner file has it (the resumable stream asks with hasattr):
+        # a native file then sizes its buffer to what is left instead of allocating ``size``.
+        inner = self.__dict__.get("_inner")
+        if name == "read_buffer" and inner is not None and hasattr(inner, "read_buffer"):
+            def read_buffer(size: int | None = -1) -> Any:
+                if size is None or size < 0:
+                    return self._run(inner.read_buffer)
+                return self._run(lambda: inner.read_buffer(size))
+
+            return read_buffer
+        raise AttributeError(name)
+
     def size(self) -> int:
         inner = self._inner
         size = getattr(inner, "size", None)

@@ -183,6 +183,19 @@ def test_a_timeout_error_of_the_operation_itself_is_not_mistaken():
     assert not isinstance(raised.value, AttemptTimeoutError)
 
 
+def test_timed_streams_keep_read_buffer_where_the_inner_file_has_it():
+    import io
+
+    import pyarrow as pa
+
+    from retryfs.timeouts import TimedInputStream
+
+    native = TimedInputStream(pa.BufferReader(b"abcdef"), 5, "read", "p")
+    assert native.read_buffer(2).to_pybytes() == b"ab"
+    assert native.read_buffer().to_pybytes() == b"cdef"
+    assert not hasattr(TimedInputStream(io.BytesIO(b"x"), 5, "read", "p"), "read_buffer")
+
+
 def test_workers_are_reused():
     names = {run_with_timeout(lambda: threading.current_thread().name, 5, "read", "p")
              for _ in range(20)}
