@@ -9,8 +9,10 @@ from .budget import RetryBudget
 from .classify import Decision, ErrorClassifier
 from .engine import no_sleep
 from .errors import CommitNotVisibleError
+from .fsspec import RetryFileSystem
 from .policy import RetryPolicy
 from .stats import RetryEvent, RetryStats
+from .uri import from_uri, redact
 
 __version__ = "0.1.0"
 
@@ -20,8 +22,11 @@ __all__ = [
     "ErrorClassifier",
     "RetryBudget",
     "RetryEvent",
+    "RetryFileSystem",
     "RetryPolicy",
     "RetryStats",
     "RetryingFileSystem",
+    "from_uri",
     "no_sleep",
+    "redact",
 ]

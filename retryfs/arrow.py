@@ -36,7 +36,9 @@ def as_arrow_filesystem(fs: Any) -> pafs.FileSystem:
     except ImportError:  # pragma: no cover - fsspec is a dependency
         fsspec = None
     if fsspec is not None and isinstance(fs, fsspec.AbstractFileSystem):
-        return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+        from .fsspec import FsspecHandler  # pyarrow's adapter, minus checks that hide errors
+
+        return pafs.PyFileSystem(FsspecHandler(fs))
     raise TypeError(
         "RetryingFileSystem wraps a pyarrow.fs.FileSystem or an fsspec AbstractFileSystem, "
         f"got {type(fs).__module__}.{type(fs).__qualname__}")

@@ -208,6 +208,10 @@ def provider_code_of(exc: BaseException) -> str | None:
 def type_rule(exc: BaseException) -> Verdict | None:
     for name in _qualified_names(exc):
         if name in PERMANENT_TYPES:
+            if isinstance(exc, FileNotFoundError) and exc.__cause__ is not None and (
+                    (http_status_of(exc.__cause__) or 0) >= 500
+                    or http_status_of(exc.__cause__) == 429):
+                return None  # fsspec's HTTP info raises FileNotFoundError from any error: a 5xx
             return Verdict.PERMANENT
         if name in THROTTLE_TYPES:
             return Verdict.THROTTLE
@@ -228,6 +232,10 @@ def errno_rule(exc: BaseException) -> Verdict | None:
 
 
 def status_rule(exc: BaseException) -> Verdict | None:
+    if type(exc).__module__ == "aiohttp.http_exceptions":
+        # aiohttp's parser errors carry the status aiohttp would *send* (400), not one received:
+        # a truncated body (ContentLengthError) under a ClientPayloadError is transient.
+        return None
     status = http_status_of(exc)
     return None if status is None else _status_verdict(status)
 
