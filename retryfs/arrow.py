@@ -51,7 +51,9 @@ def _label(paths: list[str]) -> str:
 
 
 def _is_missing(exc: BaseException) -> bool:
-    return isinstance(exc, FileNotFoundError)
+    # pyarrow's native S3 raises a plain OSError for a key that is gone in some calls (a
+    # CopyObject of a moved source: "AWS Error NO_SUCH_KEY during CopyObject operation").
+    return isinstance(exc, FileNotFoundError) or "AWS Error NO_SUCH_KEY" in str(exc)
 
 
 class RetryingHandler(pafs.FileSystemHandler):
@@ -191,7 +193,7 @@ class RetryingHandler(pafs.FileSystemHandler):
 
     def move(self, src: str, dest: str) -> None:
         def moved_already(exc: BaseException) -> bool:
-            if not isinstance(exc, FileNotFoundError):
+            if not _is_missing(exc):
                 return False
             src_info, dest_info = self.inner.get_file_info([src, dest])
             return (src_info.type == pafs.FileType.NotFound
@@ -211,8 +213,7 @@ class RetryingHandler(pafs.FileSystemHandler):
 
     def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
         def reopen() -> Any:
-            return self._call("open_output_stream", path, self.inner.open_output_stream, path,
-                              metadata=metadata)
+            return self._call("open_output_stream", path, self._open_output, path, metadata)
 
         stream = ReplayableOutputStream(
             path, reopen(), reopen, self.retrier,
@@ -228,6 +229,15 @@ class RetryingHandler(pafs.FileSystemHandler):
                           metadata=metadata)
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _open_output(self, path: str, metadata: Any) -> Any:
+        if not isinstance(self.original, pafs.FileSystem):
+            # An fsspec filesystem's own file, not the pyarrow.PythonFile that FSSpecHandler
+            # wraps it in: only the raw file has discard() (s3fs aborts the multipart upload).
+            # Dropping a broken stream by closing a PythonFile would commit what it holds
+            # (a partial object) and send a failed part once more.
+            return self.original.open(path, mode="wb")
+        return self.inner.open_output_stream(path, metadata=metadata)
+
     def _open_input(self, operation: str, path: str, *, seekable: bool) -> pa.NativeFile:
         opener = getattr(self.inner, operation)
 

@@ -39,6 +39,9 @@ def _discard(stream: Any) -> None:
     try:
         if hasattr(stream, "discard"):
             stream.discard()
+            # discard() leaves an fsspec file open with no buffer: its __del__ would close
+            # it and fail ("Exception ignored ... 'NoneType' object has no attribute 'tell'").
+            stream.closed = True
         else:
             stream.close()
     except Exception:  # noqa: BLE001 - the stream is broken already; its error was handled
