@@ -73,6 +73,13 @@ class RetryingHandler(pafs.FileSystemHandler):
         budget: RetryBudget | bool = True,
         timeout: float | Mapping[str, float] | None = None,
     ) -> None:
+        from .fsspec import RetryFileSystem  # the fsspec face imports this module
+
+        if isinstance(fs, RetryFileSystem):
+            # One layer of retries, not two (attempts would multiply): wrap what it wraps,
+            # with its policy unless another one is given.
+            policy = policy if policy is not None else fs.policy
+            fs = fs.unwrap()
         if policy is None:
             policy = RetryPolicy()
         if not isinstance(policy, RetryPolicy):

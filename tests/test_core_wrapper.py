@@ -113,3 +113,14 @@ def test_a_pickled_wrapper_works_in_another_process(tmp_path):
     assert result == ("RetryingFileSystem", 7, 3)  # open, write, close counted in the child
     assert (tmp_path / "child.txt").read_bytes() == b"from a child process"
     assert fs.stats.snapshot()["calls"] == 0  # the parent's counters are its own
+
+
+def test_wrapping_the_fsspec_retry_face_does_not_double_the_retries():
+    from retryfs import RetryFileSystem
+
+    memory = fsspec.filesystem("memory")
+    face = RetryFileSystem(fs=memory, max_attempts=3, initial_delay=0.001, jitter=False)
+    fs = RetryingFileSystem(face)
+    assert fs.unwrap() is memory
+    assert fs.policy.max_attempts == 3
+    assert RetryingFileSystem(face, FAST).policy == FAST
