@@ -12,12 +12,15 @@ from .errors import CommitNotVisibleError
 from .fsspec import RetryFileSystem
 from .policy import RetryPolicy
 from .stats import RetryEvent, RetryStats
+from .transfer import CopyError, CopyResult, copy
 from .uri import from_uri, redact
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CommitNotVisibleError",
+    "CopyError",
+    "CopyResult",
     "Decision",
     "ErrorClassifier",
     "RetryBudget",
@@ -26,6 +29,7 @@ __all__ = [
     "RetryPolicy",
     "RetryStats",
     "RetryingFileSystem",
+    "copy",
     "from_uri",
     "no_sleep",
     "redact",

@@ -1,12 +1,50 @@
-import io
+"""`retryfs demo` (what `make demo` runs), on a 2 MiB checkpoint instead of 200 MiB."""
 
-from retryfs.demo import run
+import io
+import re
+
+import pytest
+
+from retryfs.cli import main
 
 
 def test_demo_shows_the_silent_loss_and_the_fix():
-    out = io.StringIO()
-    assert run(out=out) == 0
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["demo", "--size-mb", "2"], stdout=out, stderr=err) == 0, out.getvalue()
     text = out.getvalue()
-    assert "3 failed commits of model.pt       pyarrow (plain)  success" in text
-    assert "7/8 identical" in text  # the plain upload lost model.pt and said nothing
-    assert text.count("8/8 identical") == 2  # retryfs, both scenarios
+    rows = {(m.group(1), m.group(2)): (m.group(3).strip(), m.group(4))
+            for m in re.finditer(r"^(\d\. [a-z .]+?)\s{2,}(pyarrow \(plain\)|retryfs)\s{2,}"
+                                 r"(success|raised [^)]*\))\s{2,}(\d+/11[^ ]*(?: \([^)]*\))?)",
+                                 text, re.M)}
+    commit, network = "1. commit of model.pt fails", "2. resets and throttling"
+    # the silent loss: plain copy_files says success, model.pt is not in storage
+    assert rows[(commit, "pyarrow (plain)")] == ("success", "10/11 (model.pt missing)")
+    assert rows[(network, "pyarrow (plain)")][0].startswith("raised OSError (AWS Error")
+    assert rows[(network, "pyarrow (plain)")][1].startswith("8/11")
+    # retryfs: success, and every file identical, in both scenarios
+    assert rows[(commit, "retryfs")] == ("success", "11/11")
+    assert rows[(network, "retryfs")] == ("success", "11/11")
+    # retryfs.copy under all the faults at once, then a second run that sends nothing
+    assert re.search(r"copied 11 file\(s\) .* failed 0, retries 4,", text)
+    assert "skipped 11 already there" in text and "uploads started: 0" in text
+    # the retry statistics name the operations and errors
+    assert re.search(r"^  close\s+3\s+3\s+0\s+OSError\[INTERNAL_FAILURE\]", text, re.M)
+    assert re.search(r"^  copy\s+4\s+4\s+0", text, re.M)
+    assert "retryfs delivered every file: yes" in text
+
+
+@pytest.mark.e2e
+def test_demo_with_ray_train():
+    pytest.importorskip("ray.train")
+    pytest.importorskip("torch")
+    from retryfs import demo_ray
+    from retryfs.testing.s3 import S3FaultEndpoint
+
+    out = io.StringIO()
+    with S3FaultEndpoint() as endpoint:
+        endpoint.create_bucket("retryfs-demo")
+        assert demo_ray.run(out, endpoint)
+    text = out.getvalue()
+    assert re.search(r"pyarrow \(plain\)\s+finished, 3 checkpoints reported\s+2/3 have model.pt",
+                     text)
+    assert re.search(r"retryfs\s+finished, 3 checkpoints reported\s+3/3 have model.pt", text)

@@ -1,0 +1,770 @@
+"""Standalone transfers: `copy`, parallel, retried per file, resumable and verified.
+
+::
+
+    result = retryfs.copy("./checkpoint", "s3://bucket/ckpt?retry_max_attempts=8",
+                          recursive=True, workers=8, verify="hash")
+
+Each file is one retried unit: open the source, stream it into a fresh destination object,
+commit, check. A failure anywhere in the unit (a part upload, the commit, the check) starts the
+file again from its first byte, re-read from the source, so nothing is spooled. Reads of the
+source resume by themselves (they go through `RetryingFileSystem`), listings and metadata calls
+are retried per call; only a failed *write* or *check* costs a new upload of that file.
+
+After each commit the object is checked (its size, and with ``verify="hash"`` its content
+re-read and compared by SHA-256 with what was read from the source). A file is reported as
+copied only when that check passed: a commit that answered OK but landed nothing (or landed
+something else) is retried like any transient failure, and if it never lands the file is
+reported failed.
+
+Resumption: a file the destination already holds is skipped when its size matches and, where
+both sides give a comparable checksum, the checksum too (see `same_content`). Without a
+comparable checksum the size alone decides: a same-size file with different bytes is not
+detected then (use ``resume=False`` to copy everything again).
+
+`copy` raises `CopyError` (with the full `CopyResult` as ``.result``) when a file failed after
+its retries; the files that did land stay where they are, and running the same copy again
+transfers only what is missing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import os
+import posixpath
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow.fs as pafs
+
+from .arrow import RetryingFileSystem
+from .classify import Decision, ErrorClassifier
+from .engine import Retrier
+from .errors import CommitNotVisibleError
+from .policy import RetryPolicy
+from .stats import RetryEvent
+
+__all__ = [
+    "CopyError",
+    "CopyProgress",
+    "CopyResult",
+    "FileCopy",
+    "VerificationError",
+    "copy",
+    "same_content",
+]
+
+log = logging.getLogger("retryfs.copy")
+
+MiB = 1024 * 1024
+#: Bytes read from the source and written to the destination at a time. 10 MiB is pyarrow's S3
+#: part size: each write of this size goes out as one UploadPart, so the parts of what `copy`
+#: uploads are always 10 MiB (the last one smaller), whatever the file.
+CHUNK = 10 * MiB
+#: Multipart part sizes tried when a multipart ETag is compared with a local file: the common
+#: uploaders (5 MiB minimum and s3fs small writes, 8 MiB AWS CLI/boto3, 10 MiB pyarrow and
+#: `copy`, 16 MiB, 50 MiB s3fs's default block, 64 MiB Ray Train's `copy_files` chunk, 100 MiB).
+PART_SIZES = tuple(n * MiB for n in (5, 8, 10, 16, 50, 64, 100))
+
+Verify = Literal["size", "hash"]
+Status = Literal["copied", "skipped", "failed", "planned"]
+
+
+# -- results -------------------------------------------------------------------------------------
+
+@dataclass
+class FileCopy:
+    """What happened to one file."""
+
+    path: str  # relative to the source directory (the file name for a single file)
+    source: str
+    destination: str
+    size: int
+    status: Status = "planned"  # "planned": a dry run would copy it
+    reason: str = ""  # why skipped / why failed
+    attempts: int = 0  # upload attempts made (0: nothing uploaded)
+    error: BaseException | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "source": self.source, "destination": self.destination,
+                "size": self.size, "status": self.status, "reason": self.reason,
+                "attempts": self.attempts}
+
+
+@dataclass
+class CopyResult:
+    """The outcome of `copy`: every file with its status, and the totals."""
+
+    source: str
+    destination: str
+    files: list[FileCopy]
+    retries: int = 0  # retries of any operation during the copy (uploads, reads, listings)
+    elapsed: float = 0.0
+    verify: str = "size"
+    dry_run: bool = False
+
+    def _with(self, status: str) -> list[FileCopy]:
+        return [f for f in self.files if f.status == status]
+
+    @property
+    def copied(self) -> list[FileCopy]:
+        return self._with("copied")
+
+    @property
+    def skipped(self) -> list[FileCopy]:
+        return self._with("skipped")
+
+    @property
+    def failed(self) -> list[FileCopy]:
+        return self._with("failed")
+
+    @property
+    def planned(self) -> list[FileCopy]:
+        """Files a dry run would copy."""
+        return self._with("planned")
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    @property
+    def bytes_copied(self) -> int:
+        return sum(f.size for f in self.copied)
+
+    @property
+    def bytes_skipped(self) -> int:
+        return sum(f.size for f in self.skipped)
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def summary(self) -> str:
+        """One line: what was copied, skipped, failed, and how long it took."""
+        if self.dry_run:
+            head = (f"dry run: would copy {len(self.planned)} file(s) "
+                    f"({human_bytes(sum(f.size for f in self.planned))})")
+        else:
+            rate = self.bytes_copied / self.elapsed if self.elapsed > 0 else 0.0
+            head = (f"copied {len(self.copied)} file(s) ({human_bytes(self.bytes_copied)}) "
+                    f"in {self.elapsed:.1f}s ({human_bytes(rate)}/s)")
+        parts = [head, f"skipped {len(self.skipped)} already there",
+                 f"failed {len(self.failed)}", f"retries {self.retries}"]
+        if not self.dry_run:
+            parts.append(f"verified by {'SHA-256' if self.verify == 'hash' else 'size'}")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+        return {
+            "ok": self.ok,
+            "source": self.source,
+            "destination": self.destination,
+            "dry_run": self.dry_run,
+            "verify": self.verify,
+            "files": {"total": len(self.files), "copied": len(self.copied),
+                      "skipped": len(self.skipped), "failed": len(self.failed),
+                      "planned": len(self.planned)},
+            "bytes": {"total": self.bytes_total, "copied": self.bytes_copied,
+                      "skipped": self.bytes_skipped},
+            "retries": self.retries,
+            "elapsed_seconds": round(self.elapsed, 3),
+            "failures": [{"path": f.path, "error": f.reason} for f in self.failed],
+            "items": [f.to_dict() for f in self.files],
+        }
+
+
+class CopyError(OSError):
+    """Some files did not land after their retries; ``.result`` has every file's outcome."""
+
+    def __init__(self, result: CopyResult) -> None:
+        failed = result.failed
+        shown = "; ".join(f"{f.path}: {f.reason}" for f in failed[:5])
+        more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
+        super().__init__(f"{len(failed)} of {len(result.files)} file(s) failed to copy to "
+                         f"{result.destination}: {shown}{more}")
+        self.result = result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.result,))
+
+
+class VerificationError(CommitNotVisibleError):
+    """The object was committed but does not hold what was read from the source (retried)."""
+
+
+@dataclass(frozen=True)
+class CopyProgress:
+    """A snapshot handed to the ``progress`` callback of `copy`.
+
+    Called after every chunk written, every retry (``file`` None) and every file finished
+    (``file`` set), from the copying threads, one call at a time. ``bytes_done`` counts bytes
+    handed to the destination's client (which may still be sending them: pyarrow uploads parts
+    in the background), counts skipped files as done, and goes back when an upload restarts;
+    a file is done once it is committed and checked.
+    """
+
+    files_total: int
+    files_done: int
+    bytes_total: int
+    bytes_done: int
+    copied: int
+    skipped: int
+    failed: int
+    retries: int
+    file: FileCopy | None = None
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+# -- endpoints -----------------------------------------------------------------------------------
+
+def _wrap(spec: Any, policy: RetryPolicy | None, what: str) -> tuple[RetryingFileSystem, str, str]:
+    """``(RetryingFileSystem, path, shown)`` for a URI, a local path or a (filesystem, path)."""
+    if isinstance(spec, (str, os.PathLike)):
+        from .uri import from_uri, redact
+
+        uri = os.fspath(spec)
+        kwargs = {"policy": policy} if policy is not None else {}
+        fs, path = from_uri(uri, **kwargs)
+        if uri.split("?", 1)[0].endswith(("/", os.sep)) and not path.endswith("/"):
+            path += "/"  # "into this directory" (from_uri drops the slash)
+        return fs, path, redact(uri)
+    if isinstance(spec, tuple) and len(spec) == 2:
+        fs, path = spec
+        path = os.fspath(path)
+        if getattr(type(fs), "protocol", None) == "retry" and hasattr(fs, "unwrap"):
+            # the fsspec face of retryfs: wrap what it wraps, with its policy (never retry twice)
+            fs = RetryingFileSystem(fs.unwrap(), policy or getattr(fs, "policy", None),
+                                    per_operation=getattr(fs, "per_operation", None),
+                                    stats=getattr(fs, "stats", None))
+        elif not isinstance(fs, RetryingFileSystem):
+            fs = RetryingFileSystem(fs, policy)
+        if _is_local(fs) and not os.path.isabs(path):
+            path = os.path.abspath(path)
+        return fs, path, _shown_pair(fs, path)
+    raise TypeError(f"{what} must be a URI, a local path or a (filesystem, path) pair, "
+                    f"got {type(spec).__name__}")
+
+
+def _shown_pair(fs: RetryingFileSystem, path: str) -> str:
+    if _is_local(fs):
+        return path
+    original = fs.unwrap()
+    if isinstance(original, pafs.FileSystem):
+        return f"{original.type_name}:{path}"
+    protocol = getattr(original, "protocol", None)
+    protocol = protocol if isinstance(protocol, str) else (protocol or ("fsspec",))[0]
+    return f"{protocol}:{path}"
+
+
+def _is_local(fs: RetryingFileSystem) -> bool:
+    original = fs.unwrap()
+    if isinstance(original, pafs.LocalFileSystem):
+        return True
+    protocol = getattr(original, "protocol", None)
+    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol or ())
+    return "file" in protocols or "local" in protocols
+
+
+def _is_fsspec(original: Any) -> bool:
+    return not isinstance(original, pafs.FileSystem) and hasattr(original, "open")
+
+
+def _join(base: str, rel: str) -> str:
+    return posixpath.join(base, rel) if base else rel
+
+
+# -- checksums -----------------------------------------------------------------------------------
+
+def etag_of(fs: RetryingFileSystem, path: str) -> str | None:
+    """The object's ETag (without quotes) where the backend gives one (S3), else None.
+
+    pyarrow's S3 filesystem: one HeadObject (the metadata of an input stream); fsspec
+    filesystems: ``info(path)["ETag"]`` (s3fs). Retried like any metadata call.
+    """
+    original = fs.unwrap()
+    handler = fs.retry_handler
+
+    def head() -> Any:
+        if isinstance(original, pafs.S3FileSystem):
+            with original.open_input_stream(path) as stream:
+                value = stream.metadata().get(b"ETag") or stream.metadata().get("ETag")
+            return value.decode() if isinstance(value, bytes) else value
+        if _is_fsspec(original) and "s3" in str(getattr(original, "protocol", "")):
+            info = original.info(path)
+            return info.get("ETag") or info.get("etag")
+        return None
+
+    if not isinstance(original, pafs.S3FileSystem) and not (
+            _is_fsspec(original) and "s3" in str(getattr(original, "protocol", ""))):
+        return None
+    value = handler._call("get_file_info", path, head)
+    return str(value).strip('"') if value else None
+
+
+def _etag_matches(etag: str, fs: RetryingFileSystem, path: str, size: int) -> bool | None:
+    """Whether the content at ``path`` has this S3 ETag: True, False, or None (not comparable:
+    a multipart ETag whose part count fits none of `PART_SIZES`, or not an MD5 at all)."""
+    digest, _, count = etag.partition("-")
+    if len(digest) != 32 or any(c not in "0123456789abcdef" for c in digest.lower()):
+        return None  # not an MD5 (e.g. SSE-KMS objects): cannot compare
+    if not count:
+        whole = hashlib.md5(usedforsecurity=False)
+        _read_all(fs, path, whole.update)
+        return whole.hexdigest() == digest.lower()
+    try:
+        parts = int(count)
+    except ValueError:
+        return None
+    sizes = [ps for ps in PART_SIZES if max(1, -(-size // ps)) == parts]
+    if not sizes:
+        return None
+    # one pass over the file, the part MD5s of every candidate layout at once
+    digests: dict[int, list[bytes]] = {ps: [] for ps in sizes}
+    current = {ps: hashlib.md5(usedforsecurity=False) for ps in sizes}
+    offset = 0
+
+    def block(data: bytes) -> None:
+        nonlocal offset
+        view = memoryview(data).cast("B")
+        for ps in sizes:
+            pos, i = offset, 0
+            while i < len(view):
+                piece = view[i:i + ps - pos % ps]
+                current[ps].update(piece)
+                pos, i = pos + len(piece), i + len(piece)
+                if pos % ps == 0 and pos < size:
+                    digests[ps].append(current[ps].digest())
+                    current[ps] = hashlib.md5(usedforsecurity=False)
+        offset += len(view)
+
+    _read_all(fs, path, block, chunk=MiB)
+    for ps in sizes:
+        whole = b"".join(digests[ps] + [current[ps].digest()])
+        if hashlib.md5(whole, usedforsecurity=False).hexdigest() == digest.lower():
+            return True
+    return False
+
+
+def same_content(src: RetryingFileSystem, src_path: str, dst: RetryingFileSystem,
+                 dst_path: str, size: int) -> tuple[bool, str]:
+    """Whether two files of the same ``size`` hold the same bytes, as far as can be told
+    cheaply: ``(same, how)``.
+
+    - Both sides give an ETag (S3 to S3): equal ETags are the same content; two single-part
+      ETags (MD5s) that differ are different content; two multipart ETags of different part
+      layouts cannot be compared, and the size decides.
+    - One side gives an ETag and the other is local: the local file's MD5 (single-part) or
+      multipart ETag for each part size in `PART_SIZES` that gives the ETag's part count is
+      computed (one read of the local file): a match is the same content, no match is
+      different; a part count no common part size gives cannot be compared.
+    - Otherwise (local to local, other backends) the size decides.
+    """
+    src_tag, dst_tag = etag_of(src, src_path), etag_of(dst, dst_path)
+    if src_tag and dst_tag:
+        if src_tag == dst_tag:
+            return True, "same size and ETag"
+        if "-" not in src_tag and "-" not in dst_tag:
+            return False, "ETag differs"
+    for tag, fs, path in ((dst_tag, src, src_path), (src_tag, dst, dst_path)):
+        if tag and _is_local(fs):
+            match = _etag_matches(tag, fs, path, size)
+            if match is True:
+                return True, "same size and ETag"
+            if match is False:
+                return False, "content differs (ETag)"
+    return True, "same size"
+
+
+def _read_all(fs: RetryingFileSystem, path: str, sink: Callable[[bytes], None],
+              chunk: int = CHUNK) -> None:
+    with fs.open_input_stream(path) as stream:
+        while True:
+            data = stream.read(chunk)
+            if not data:
+                return
+            sink(data)
+
+
+# -- the copy --------------------------------------------------------------------------------------
+
+class _Final(Exception):
+    """Wraps an error the per-file unit must not retry (already retried where it happened)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class _UnitClassifier:
+    """The destination's classifier, except that `_Final` errors fail at once."""
+
+    def __init__(self, inner: ErrorClassifier) -> None:
+        self.inner = inner
+
+    def classify(self, error: BaseException) -> Decision:
+        if isinstance(error, (_Final, _Cancelled)):
+            return Decision.FAIL
+        return self.inner.classify(error)
+
+
+def _final(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - retried where it happened; do not retry the upload
+        raise _Final(exc) from exc
+
+
+def _short(error: BaseException) -> str:
+    from .uri import redact
+
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return redact(f"{type(error).__name__}: {text}"[:300])
+
+
+class _Copier:
+    def __init__(self, src: RetryingFileSystem, dst: RetryingFileSystem, *, verify: Verify,
+                 resume: bool, dry_run: bool, workers: int,
+                 progress: Callable[[CopyProgress], None] | None) -> None:
+        self.src, self.dst = src, dst
+        self.verify, self.resume, self.dry_run, self.workers = verify, resume, dry_run, workers
+        self.progress = progress
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.retries = 0
+        self.bytes_done = 0
+        self.counts = {"copied": 0, "skipped": 0, "failed": 0, "planned": 0}
+        self.files: list[FileCopy] = []
+        self.bytes_total = 0
+        handler = dst.retry_handler
+        self.unit = Retrier(lambda _op: handler.policy_for("write"),
+                            _UnitClassifier(handler.classifier),  # type: ignore[arg-type]
+                            handler.stats, budget=handler.retrier.budget)
+        original = dst.unwrap()
+        self.dst_local = _is_local(dst)
+        self.dst_fsspec = _is_fsspec(original)
+        self.dst_inner = dst.retry_handler.inner
+        self.dst_original = original
+        # object stores have no directories to create (pyarrow's S3 create_dir writes markers)
+        self.make_dirs = self.dst_local or dst.retry_handler.inner.type_name not in (
+            "s3", "gcs")
+        self.made_dirs: set[str] = set()
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def _count_retry(self, event: RetryEvent) -> None:
+        with self.lock:
+            self.retries += 1
+        self._report()
+
+    def _report(self, file: FileCopy | None = None, advance: int = 0) -> None:
+        with self.lock:
+            self.bytes_done += advance
+            if file is not None:
+                self.counts[file.status] += 1
+            if self.progress is None:
+                return
+            snapshot = CopyProgress(
+                files_total=len(self.files), files_done=sum(self.counts.values()),
+                bytes_total=self.bytes_total, bytes_done=self.bytes_done,
+                copied=self.counts["copied"], skipped=self.counts["skipped"],
+                failed=self.counts["failed"], retries=self.retries, file=file)
+            self.progress(snapshot)
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self, plan: list[FileCopy], existing: dict[str, pafs.FileInfo]) -> None:
+        self.files = plan
+        self.bytes_total = sum(f.size for f in plan)
+        hooks = {id(fs.stats): fs.stats for fs in (self.src, self.dst)}
+        for stats in hooks.values():
+            stats.on_retry(self._count_retry)
+        try:
+            self._report()
+            if self.workers <= 1 or len(plan) <= 1:
+                for item in plan:
+                    self._one(item, existing.get(item.destination))
+                return
+            pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=min(self.workers, len(plan)), thread_name_prefix="retryfs-copy")
+            try:
+                futures = [pool.submit(self._one, item, existing.get(item.destination))
+                           for item in plan]
+                for future in concurrent.futures.as_completed(futures):
+                    future.result()
+            except BaseException:
+                self.stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
+        finally:
+            for stats in hooks.values():
+                stats.remove_hook(self._count_retry)
+
+    def _one(self, item: FileCopy, there: pafs.FileInfo | None) -> None:
+        if self.stop.is_set():
+            return
+        try:
+            if self.resume and there is not None and there.type == pafs.FileType.File \
+                    and there.size == item.size:
+                same, how = same_content(self.src, item.source, self.dst, item.destination,
+                                         item.size)
+                if same:
+                    item.status, item.reason = "skipped", how
+                    self._report(item, advance=item.size)
+                    return
+                item.reason = how
+            if self.dry_run:
+                item.status = "planned"
+                self._report(item, advance=item.size)
+                return
+            self._upload(item)
+            item.status = "copied"
+            self._report(item)
+        except _Cancelled:
+            return
+        except Exception as exc:  # noqa: BLE001 - every failure is reported per file
+            error = exc.error if isinstance(exc, _Final) else exc
+            item.status, item.error, item.reason = "failed", error, _short(error)
+            log.error("retryfs: copy of %r failed: %s", item.path, item.reason)
+            self._report(item)
+
+    def _upload(self, item: FileCopy) -> None:
+        sent = 0
+
+        def attempt() -> None:
+            nonlocal sent
+            if sent:  # a restart: the bytes of the failed attempt are to be sent again
+                self._report(advance=-sent)
+                sent = 0
+            item.attempts += 1
+            digest = hashlib.sha256() if self.verify == "hash" else None
+
+            def on_chunk(data: Any) -> None:
+                nonlocal sent
+                if digest is not None:
+                    digest.update(data)
+                sent += len(data)
+                self._report(advance=len(data))
+
+            written = self._stream(item, on_chunk)
+            self._check(item, written, digest.hexdigest() if digest is not None else None)
+
+        self.unit.call("copy", item.destination, attempt)
+
+    # -- one attempt ---------------------------------------------------------------------------
+    def _ensure_parent(self, path: str) -> None:
+        parent = posixpath.dirname(path)
+        if not self.make_dirs or not parent or parent in self.made_dirs:
+            return
+        self.dst.create_dir(parent, recursive=True)
+        with self.lock:
+            self.made_dirs.add(parent)
+
+    def _stream(self, item: FileCopy, on_chunk: Callable[[Any], None]) -> int:
+        """Source → a fresh destination object, committed; returns the bytes written."""
+        _final(self._ensure_parent, item.destination)
+        target = item.destination
+        if self.dst_local:  # write beside, rename on success: never a partial file in place
+            head, tail = posixpath.split(item.destination)
+            target = posixpath.join(head, f".{tail}.retryfs-{uuid.uuid4().hex[:8]}.tmp")
+        source = _final(self.src.open_input_stream, item.source)  # reads resume by themselves
+        out = None
+        written = 0
+        closing = False
+        try:
+            if self.dst_fsspec:
+                out = self.dst_original.open(target, "wb")
+            else:
+                out = self.dst_inner.open_output_stream(target)
+            while True:
+                if self.stop.is_set():
+                    raise _Cancelled()
+                data = _final(source.read, CHUNK)
+                if not data:
+                    break
+                out.write(data)
+                written += len(data)
+                on_chunk(data)
+            closing = True
+            out.close()  # the commit: a failure here is retried with a fresh upload
+        except BaseException:
+            if out is not None and not closing:
+                self._abandon(out, target, written)
+            if self.dst_local and target != item.destination:
+                self._remove_quietly(target)
+            raise
+        finally:
+            source.close()
+        if target != item.destination:
+            self.dst_inner.move(target, item.destination)
+        return written
+
+    def _abandon(self, out: Any, target: str, written: int) -> None:
+        """Give up an unfinished upload without leaving a partial object.
+
+        fsspec files are discarded (s3fs aborts the multipart upload). pyarrow's output streams
+        cannot be aborted from Python: closing one whose write failed commits nothing, but one
+        that is healthy (the *source* failed) commits what it has, so that object is deleted.
+        """
+        if hasattr(out, "discard"):
+            try:
+                out.discard()
+            except Exception:  # noqa: BLE001 - already failing; the original error is raised
+                pass
+            return
+        try:
+            out.close()
+        except Exception:  # noqa: BLE001 - nothing was committed
+            return
+        if not self.dst_local:
+            log.warning("retryfs: removing the partial object %r (%d bytes) left by an "
+                        "interrupted upload", target, written)
+            self._remove_quietly(target)
+
+    def _remove_quietly(self, path: str) -> None:
+        try:
+            self.dst_inner.delete_file(path)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
+    def _check(self, item: FileCopy, written: int, sha256: str | None) -> None:
+        """The object landed and holds what was read: else a (retried) VerificationError."""
+        info = _final(self.dst.get_file_info, item.destination)
+        if info.type != pafs.FileType.File:
+            raise VerificationError(f"{item.destination!r} was committed but is not there")
+        if info.size is not None and info.size != written:
+            raise VerificationError(f"{item.destination!r} was committed with {info.size} "
+                                    f"bytes, {written} were written")
+        if sha256 is None:
+            return
+        landed = hashlib.sha256()
+        _final(_read_all, self.dst, item.destination, landed.update)
+        if landed.hexdigest() != sha256:
+            raise VerificationError(f"{item.destination!r} does not hold the bytes read from "
+                                    f"the source (SHA-256 {landed.hexdigest()[:12]}…, source "
+                                    f"{sha256[:12]}…)")
+
+
+def _plan(src: RetryingFileSystem, src_path: str, dst: RetryingFileSystem, dst_path: str,
+          recursive: bool, src_shown: str) -> tuple[list[FileCopy], dict[str, pafs.FileInfo]]:
+    src_path = src_path.rstrip("/") or src_path
+    info = src.get_file_info(src_path)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"source not found: {src_shown}")
+    if info.type == pafs.FileType.Directory:
+        if not recursive:
+            raise IsADirectoryError(f"source is a directory: {src_shown} (copy it with "
+                                    "recursive=True, or -r)")
+        base = src_path.rstrip("/")
+        entries = src.get_file_info(pafs.FileSelector(base, recursive=True))
+        plan = []
+        for entry in sorted(entries, key=lambda e: e.path):
+            if entry.type != pafs.FileType.File:
+                continue
+            rel = entry.path[len(base):].lstrip("/") if entry.path.startswith(base) \
+                else posixpath.basename(entry.path)
+            plan.append(FileCopy(rel, entry.path, _join(dst_path.rstrip("/"), rel),
+                                 entry.size or 0))
+        dst_base = dst_path.rstrip("/")
+        existing: dict[str, pafs.FileInfo] = {}
+        if dst_base:
+            found = dst.get_file_info(dst_base)
+            if found.type == pafs.FileType.File:
+                raise NotADirectoryError(f"destination {dst_base!r} is a file; a directory "
+                                         "copy needs a directory (or a new name)")
+            if found.type == pafs.FileType.Directory:
+                listed = dst.get_file_info(pafs.FileSelector(dst_base, recursive=True,
+                                                             allow_not_found=True))
+                existing = {e.path: e for e in listed}
+        return plan, existing
+    # a single file: to DST, or into DST when DST is a directory or ends with "/"
+    name = posixpath.basename(src_path.rstrip("/"))
+    target = dst_path
+    there = dst.get_file_info(dst_path.rstrip("/")) if dst_path.rstrip("/") else None
+    if dst_path.endswith("/") or (there is not None and there.type == pafs.FileType.Directory):
+        target = _join(dst_path.rstrip("/"), name)
+        there = dst.get_file_info(target)
+    plan = [FileCopy(name, src_path, target, info.size or 0)]
+    return plan, ({target: there} if there is not None else {})
+
+
+def copy(
+    src: Any,
+    dst: Any,
+    *,
+    recursive: bool = False,
+    workers: int = 8,
+    verify: Verify | bool = "size",
+    resume: bool = True,
+    dry_run: bool = False,
+    policy: RetryPolicy | None = None,
+    progress: Callable[[CopyProgress], None] | None = None,
+) -> CopyResult:
+    """Copy a file or (``recursive=True``) a directory tree from ``src`` to ``dst``.
+
+    ``src`` and ``dst`` are URIs (``s3://bucket/ckpt?retry_max_attempts=8``, with ``retry_*``
+    parameters, see `retryfs.from_uri`), local paths, or ``(filesystem, path)`` pairs where the
+    filesystem is a pyarrow or fsspec one (wrapped in `RetryingFileSystem` with ``policy``
+    unless it is one already). Upload, download and remote to remote alike.
+
+    - A directory's files land at ``dst/<path relative to src>`` (the contents of ``src``, not
+      ``src`` itself, so the same command run again maps to the same objects). A single file
+      lands at ``dst``, or at ``dst/<name>`` when ``dst`` ends with ``/`` or is a directory.
+    - ``workers`` files are copied at once (threads).
+    - Each file is retried as a whole under the destination's write policy, re-read from the
+      source: see the module documentation.
+    - ``verify="size"`` (default) checks each committed object's size; ``verify="hash"`` (or
+      True) also re-reads it and compares its SHA-256 with what was read from the source.
+      A file is reported copied only once that check passed.
+    - ``resume`` (default) skips files the destination already holds (same size, and same
+      checksum where comparable: `same_content`). ``dry_run`` lists what would be copied.
+    - ``progress(CopyProgress)`` is called as bytes and files go by.
+
+    Returns a `CopyResult`. Raises `CopyError` (its ``.result`` is the `CopyResult`) when any
+    file failed after its retries, ``FileNotFoundError`` when ``src`` does not exist,
+    ``IsADirectoryError`` for a directory without ``recursive``, ``ValueError`` for a bad URI or
+    an unknown ``retry_*`` parameter.
+    """
+    if verify is True:
+        verify = "hash"
+    if verify is False or verify is None:
+        verify = "size"
+    if verify not in ("size", "hash"):
+        raise ValueError(f"verify must be 'size' or 'hash', got {verify!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    started = time.monotonic()
+    src_fs, src_path, src_shown = _wrap(src, policy, "src")
+    dst_fs, dst_path, dst_shown = _wrap(dst, policy, "dst")
+    copier = _Copier(src_fs, dst_fs, verify=verify, resume=resume, dry_run=dry_run,
+                     workers=workers, progress=progress)
+    hooks = {id(fs.stats): fs.stats for fs in (src_fs, dst_fs)}
+    for stats in hooks.values():  # retries while listing count too
+        stats.on_retry(copier._count_retry)
+    try:
+        plan, existing = _plan(src_fs, src_path, dst_fs, dst_path, recursive, src_shown)
+    finally:
+        for stats in hooks.values():
+            stats.remove_hook(copier._count_retry)
+    copier.run(plan, existing)
+    result = CopyResult(src_shown, dst_shown, plan, retries=copier.retries,
+                        elapsed=time.monotonic() - started, verify=verify, dry_run=dry_run)
+    if result.failed:
+        raise CopyError(result)
+    return result
