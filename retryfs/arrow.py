@@ -27,6 +27,30 @@ from .timeouts import TimedInputStream, resolve_timeouts, timed
 __all__ = ["RetryingFileSystem", "RetryingHandler", "as_arrow_filesystem"]
 
 
+def _check_native_attempts(value: Any) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"native_attempts must be None or an int >= 1, got {value!r}")
+    return value
+
+
+def with_native_attempts(fs: Any, attempts: int) -> Any:
+    """``fs`` with its client's own retries set to ``attempts`` where retryfs can set them.
+
+    pyarrow's ``S3FileSystem`` retries inside the AWS SDK (3 attempts by default, more when
+    built by ``FileSystem.from_uri``) and forgets its ``retry_strategy`` when pickled, so a Ray
+    worker's copy silently multiplies every retryfs attempt. Rebuilt here with
+    ``AwsStandardS3RetryStrategy(max_attempts=attempts)`` — and again after unpickling, since
+    ``native_attempts`` is configuration — retryfs's policy is the only schedule that counts.
+    Other filesystems are returned as they are.
+    """
+    if not isinstance(fs, pafs.S3FileSystem):
+        return fs
+    _, (options,) = fs.__reduce__()
+    options = dict(options)
+    options["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=attempts)
+    return pafs.S3FileSystem(**options)
+
+
 def as_arrow_filesystem(fs: Any) -> pafs.FileSystem:
     """``fs`` as a pyarrow filesystem: pyarrow ones as they are, fsspec ones adapted."""
     if isinstance(fs, pafs.FileSystem):
@@ -72,6 +96,7 @@ class RetryingHandler(pafs.FileSystemHandler):
         spool_memory: int = DEFAULT_SPOOL_MEMORY,
         budget: RetryBudget | bool = True,
         timeout: float | Mapping[str, float] | None = None,
+        native_attempts: int | None = None,
     ) -> None:
         from .fsspec import RetryFileSystem  # the fsspec face imports this module
 
@@ -94,6 +119,9 @@ class RetryingHandler(pafs.FileSystemHandler):
             classifier = classifier.with_messages(retryable_messages)
         if not isinstance(spool_memory, int) or isinstance(spool_memory, bool) or spool_memory < 0:
             raise ValueError(f"spool_memory must be an int >= 0 (bytes), got {spool_memory!r}")
+        self.native_attempts = _check_native_attempts(native_attempts)
+        if self.native_attempts is not None:
+            fs = with_native_attempts(fs, self.native_attempts)
         self.original = fs
         self.inner = as_arrow_filesystem(fs)
         self.policy = policy
@@ -133,6 +161,7 @@ class RetryingHandler(pafs.FileSystemHandler):
             "spool_memory": self.spool_memory,
             "budget": self.budget if self.budget is not None else False,
             "timeout": dict(self.timeouts) or None,
+            "native_attempts": self.native_attempts,
         }
 
     def __eq__(self, other: object) -> bool:
@@ -289,11 +318,13 @@ class RetryingFileSystem(pafs.PyFileSystem):
         spool_memory: int = DEFAULT_SPOOL_MEMORY,
         budget: RetryBudget | bool = True,
         timeout: float | Mapping[str, float] | None = None,
+        native_attempts: int | None = None,
     ) -> None:
         handler = fs if isinstance(fs, RetryingHandler) else RetryingHandler(
             fs, policy, classifier=classifier, retryable_messages=retryable_messages,
             per_operation=per_operation, stats=stats, verify_writes=verify_writes,
             spool_memory=spool_memory, budget=budget, timeout=timeout,
+            native_attempts=native_attempts,
         )
         super().__init__(handler)
         self.__dict__["_retry_handler"] = handler

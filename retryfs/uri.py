@@ -304,6 +304,10 @@ def _build_parameters() -> dict[str, Parameter]:
     params["spool_memory"] = Parameter(
         "spool_memory", _size, "32MiB", "128MiB",
         "bytes of a write kept in memory for replay before the spool spills to a temporary file")
+    params["native_attempts"] = Parameter(
+        "native_attempts", _int, "1", "3",
+        "attempts the native client makes inside one retryfs attempt (pyarrow's S3FileSystem "
+        "only; kept after pickling); 1 makes retryfs the only retry layer")
     params["retryable_messages"] = Parameter(
         "retryable_messages", _messages, "(none)", "Connection%20closed%7CAWS%20Error%20UNKNOWN",
         "extra error texts that mean transient, separated by `|` (or repeat the parameter)",
@@ -543,7 +547,8 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
                                           lambda n, g=group: url_name(f"{g}_{n}"))
 
     wrapper: dict[str, Any] = {"policy": policy, "per_operation": per_operation or None}
-    for name in ("verify_writes", "spool_memory", "budget"):
+    wrapper["native_attempts"] = 1  # retryfs is the only retry layer unless told otherwise
+    for name in ("verify_writes", "spool_memory", "budget", "native_attempts"):
         if name in url.options:
             wrapper[name] = url.options[name]
         elif name in code:
