@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import io
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
@@ -958,21 +957,8 @@ class RetryReadFile(ResumableInputFile):
     def loc(self) -> int:
         return self.tell()
 
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if not self._seekable:
-            raise io.UnsupportedOperation("seek on a file whose backend cannot seek")
-        if whence == io.SEEK_SET:
-            target = offset
-        elif whence == io.SEEK_CUR:
-            target = self._pos + offset
-        elif whence == io.SEEK_END:
-            target = self._length() + offset
-        else:
-            raise ValueError(f"invalid whence {whence!r}")
-        if target < 0:
-            raise ValueError(f"negative seek position {target}")
-        self._pos = target
-        return target
+    def _end(self) -> int:
+        return self._length()
 
     def readline(self, size: int | None = -1) -> bytes:
         if size is not None and size >= 0:

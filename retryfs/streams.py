@@ -223,6 +223,10 @@ class ResumableInputFile(io.RawIOBase):
             self._size = self._retrier.call("read", self.path, self._attempt, _size_of)
         return self._size
 
+    def _end(self) -> int:
+        """The file's size, for ``SEEK_END`` (subclasses whose ``size`` is not a method)."""
+        return self.size()
+
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if not self._seekable:
             raise io.UnsupportedOperation("seek on a retryfs input stream")
@@ -231,7 +235,7 @@ class ResumableInputFile(io.RawIOBase):
         elif whence == io.SEEK_CUR:
             target = self._pos + offset
         elif whence == io.SEEK_END:
-            target = self.size() + offset
+            target = self._end() + offset
         else:
             raise ValueError(f"invalid whence {whence!r}")
         if target < 0:
