@@ -26,6 +26,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from retryfs import demo_ray
+
 MODEL_FILE = "model.pt"
 HASH_FILE = "model.pt.sha256"
 META_FILE = "meta.json"
@@ -140,19 +142,9 @@ def train_loop(config: dict[str, Any]) -> None:
 # -- driving a run -------------------------------------------------------------------------------
 
 
-#: Train v2 (the default since 2.51), and fewer helper actors and log files per run: on 2 cores
-#: each helper process costs about a second (a run takes 15 s with these, 22 s without).
-QUIET_RAY = {
-    "RAY_TRAIN_V2_ENABLED": "1",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
-    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-    "RAY_TRAIN_METRICS_ENABLED": "0",
-    "RAY_TRAIN_ENABLE_STATE_ACTOR_RECONCILIATION": "0",
-    "RAY_TRAIN_ENABLE_CONTROLLER_STRUCTURED_LOGGING": "0",
-    "RAY_TRAIN_ENABLE_WORKER_STRUCTURED_LOGGING": "0",
-    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
-}
+#: Train v2 with fewer helper actors and log files per run (shared with `retryfs demo --ray`): on
+#: 2 cores each helper process costs about a second (a run takes 15 s with these, 22 s without).
+QUIET_RAY = demo_ray.QUIET_RAY
 
 
 def ray_init(**kwargs: Any) -> None:
