@@ -28,7 +28,7 @@ import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import retryfs
 
@@ -108,7 +108,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 @contextlib.contextmanager
 def fault_endpoint(uri: str) -> Iterator[tuple[str, Any]]:
     """An S3 fault endpoint with a plan of faults, and ``uri`` pointed at it."""
-    from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault, S3FaultEndpoint
+    from retryfs.testing.s3 import S3Fault, S3FaultEndpoint
 
     parts = urlsplit(uri)
     model = f"{parts.netloc}/*/checkpoint_*/{CHECKPOINT}"
@@ -120,10 +120,7 @@ def fault_endpoint(uri: str) -> Iterator[tuple[str, Any]]:
         endpoint.add_fault(S3Fault.reset(op=("GetObject", "HeadObject"),  # flaky downloads
                                          path=f"{parts.netloc}/*/checkpoint_*/*",
                                          probability=0.2, seed=1))
-        backend = urlencode({"endpoint_override": endpoint.endpoint, "scheme": "http",
-                             "region": endpoint.region})
-        query = f"{parts.query}&{backend}" if parts.query else backend
-        yield (f"s3://{ACCESS_KEY}:{SECRET_KEY}@{parts.netloc}{parts.path}?{query}", endpoint)
+        yield endpoint.uri(f"{parts.netloc}{parts.path}", **dict(parse_qsl(parts.query))), endpoint
 
 
 def check_checkpoints(result: Any) -> int:

@@ -16,12 +16,11 @@ import select
 import subprocess
 import sys
 import time
-from urllib.parse import quote
 
 import pytest
 
 from retryfs.cli import main
-from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault
+from retryfs.testing.s3 import SECRET_KEY, S3Fault
 
 MiB = 1024 * 1024
 UPLOADS = ("PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload")
@@ -50,11 +49,9 @@ def url(s3_fault_endpoint, s3_fault_bucket):
     ep = s3_fault_endpoint
 
     def make(key, **retry):
-        params = {"endpoint_override": ep.endpoint, "scheme": "http", "region": ep.region,
-                  "retry_max_attempts": 4, "retry_initial_delay": 0, "retry_max_delay": 0}
+        params = {"retry_max_attempts": 4, "retry_initial_delay": 0, "retry_max_delay": 0}
         params.update({f"retry_{k}": v for k, v in retry.items()})
-        query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in params.items())
-        return f"s3://{ACCESS_KEY}:{SECRET_KEY}@{s3_fault_bucket}/{key}?{query}"
+        return ep.uri(f"{s3_fault_bucket}/{key}", **params)
 
     return make
 

@@ -58,9 +58,8 @@ def test_native_attempts_leave_other_filesystems_alone_and_validate():
 def test_from_uri_makes_retryfs_the_only_retry_layer_on_s3(s3_fault_endpoint, s3_fault_bucket):
     from retryfs import from_uri
 
-    uri = (f"s3://testing:testing@{s3_fault_bucket}?endpoint_override={s3_fault_endpoint.endpoint}"
-           "&scheme=http&region=us-east-1&retry_max_attempts=2&retry_initial_delay=0.001"
-           "&retry_jitter=false&retry_budget=false")
+    uri = s3_fault_endpoint.uri(s3_fault_bucket, retry_max_attempts=2, retry_initial_delay=0.001,
+                                retry_jitter="false", retry_budget="false")
     fs, path = from_uri(uri)
     assert fs.retry_handler.native_attempts == 1
     assert _head_requests(s3_fault_endpoint, fs, path) == 2

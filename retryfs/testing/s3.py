@@ -54,7 +54,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 from xml.sax.saxutils import escape
 
 import pyarrow.fs
@@ -640,6 +640,15 @@ class S3FaultEndpoint:
         s3_backends.pop(self.account_id, None)
 
     # -- clients ---------------------------------------------------------------------------------
+
+    def uri(self, path: str, **params: Any) -> str:
+        """An ``s3://`` URI of ``path`` (``bucket/key``) on this endpoint, for ``from_uri``, the
+        ``retryfs`` command or anything that takes a URL: credentials in the userinfo,
+        ``endpoint_override``/``scheme``/``region`` in the query, then ``params`` as given
+        (``retry_max_attempts=8``...)."""
+        query = urlencode({"endpoint_override": self.endpoint, "scheme": "http",
+                           "region": self.region, **params})
+        return f"s3://{ACCESS_KEY}:{SECRET_KEY}@{path.lstrip('/')}?{query}"
 
     def pyarrow_fs(self, *, max_attempts: int = 1, **kwargs: Any) -> pyarrow.fs.S3FileSystem:
         """A native pyarrow `S3FileSystem` on this endpoint, its own retries reduced to
