@@ -58,7 +58,7 @@ from .engine import Retrier
 from .policy import GROUPS, OPERATION_GROUPS, RetryPolicy
 from .stats import RetryStats
 from .streams import DEFAULT_SPOOL_MEMORY, ReplayableOutputStream, ResumableInputFile
-from .timeouts import TIMED_GROUPS, timed
+from .timeouts import TIMED_GROUPS, resolve_timeouts, timed
 from .uri import (
     _register_option_secrets,
     config_from_env,
@@ -168,8 +168,12 @@ _RECONCILE: dict[str, Callable[[BaseException], bool]] = {
 }
 
 
+#: Every operation name of this face with its group (fsspec's names first, as in `_group_of`).
+_FACE_GROUPS: dict[str, str] = {**OPERATION_GROUPS, **FSSPEC_GROUPS}
+
+
 def _group_of(operation: str) -> str | None:
-    return FSSPEC_GROUPS.get(operation) or OPERATION_GROUPS.get(operation)
+    return _FACE_GROUPS.get(operation)
 
 
 def _strip_retry(path: Any) -> Any:
@@ -339,7 +343,7 @@ class RetryFileSystem(ChainedFileSystem):
         else:
             timeout_spec = inherited.get("timeout", env.timeout())
         self.timeout = timeout_spec
-        self._timeouts = _resolve_timeouts(timeout_spec)
+        self._timeouts = resolve_timeouts(timeout_spec, _FACE_GROUPS)
         if stats is None:
             stats = inherited.get("stats")
         self.stats: RetryStats = stats if stats is not None else RetryStats()
@@ -562,35 +566,6 @@ def _merge_timeouts(low: Any, high: Any) -> Any:
     merged = dict(low) if isinstance(low, Mapping) else {g: low for g in TIMED_GROUPS}
     merged.update(high)
     return merged
-
-
-def _resolve_timeouts(timeout: Any) -> dict[str, float]:
-    """``{operation: seconds}`` for the read and metadata operations of both faces."""
-    if timeout is None:
-        return {}
-    entries = dict(timeout) if isinstance(timeout, Mapping) else {g: timeout for g in TIMED_GROUPS}
-    for key, seconds in entries.items():
-        group = key if key in GROUPS else _group_of(key)
-        if group is None:
-            raise ValueError(f"timeout key {key!r} is neither a group ({', '.join(GROUPS)}) nor "
-                             f"an operation ({', '.join(sorted(FSSPEC_GROUPS))})")
-        if group not in TIMED_GROUPS:
-            raise ValueError(f"timeout for {key!r}: only reads and metadata calls can be timed "
-                             f"({', '.join(TIMED_GROUPS)}); an abandoned write could still land "
-                             "after its replay")
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
-                0 < seconds < float("inf")):
-            raise ValueError(f"timeout for {key!r} must be a number of seconds > 0, "
-                             f"got {seconds!r}")
-    resolved: dict[str, float] = {}
-    for operation in {*FSSPEC_GROUPS, *OPERATION_GROUPS}:
-        group = _group_of(operation)
-        if operation in entries:
-            resolved[operation] = float(entries[operation])
-        elif group in entries:
-            resolved[operation] = float(entries[group])
-    # file reads are not timed on the blocking face (an abandoned read would race the next)
-    return resolved
 
 
 def _inner_is_async(fs: Any, target_protocol: str | None) -> bool:

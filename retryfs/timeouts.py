@@ -56,12 +56,15 @@ class AttemptTimeoutError(TimeoutError):
         self.seconds = seconds
 
 
-def resolve_timeouts(timeout: float | Mapping[str, float] | None) -> dict[str, float]:
+def resolve_timeouts(timeout: float | Mapping[str, float] | None,
+                     operation_groups: Mapping[str, str] = OPERATION_GROUPS) -> dict[str, float]:
     """``{operation: seconds}`` for every timed operation.
 
     A number applies to every read and metadata operation. A mapping names groups (``read``,
     ``metadata``) or operations (``read``, ``get_file_info``, ``open_input_file``...); an
     operation's own entry beats its group's. ``None`` or an empty mapping: no timeouts.
+    ``operation_groups`` names the operations of a face and their groups (the pyarrow face's by
+    default; the fsspec face adds its own method names).
     """
     if timeout is None:
         return {}
@@ -70,10 +73,10 @@ def resolve_timeouts(timeout: float | Mapping[str, float] | None) -> dict[str, f
     else:
         entries = {group: timeout for group in TIMED_GROUPS}
     for key, seconds in entries.items():
-        if key not in GROUPS and key not in OPERATION_GROUPS:
+        if key not in GROUPS and key not in operation_groups:
             raise ValueError(f"timeout key {key!r} is neither a group ({', '.join(GROUPS)}) "
-                             f"nor an operation ({', '.join(sorted(OPERATION_GROUPS))})")
-        group = key if key in GROUPS else OPERATION_GROUPS[key]
+                             f"nor an operation ({', '.join(sorted(operation_groups))})")
+        group = key if key in GROUPS else operation_groups[key]
         if group not in TIMED_GROUPS:
             raise ValueError(
                 f"timeout for {key!r}: only reads and metadata calls can be timed "
@@ -84,7 +87,7 @@ def resolve_timeouts(timeout: float | Mapping[str, float] | None) -> dict[str, f
             raise ValueError(f"timeout for {key!r} must be a number of seconds > 0, "
                              f"got {seconds!r}")
     resolved: dict[str, float] = {}
-    for operation, group in OPERATION_GROUPS.items():
+    for operation, group in operation_groups.items():
         if operation in entries:
             resolved[operation] = float(entries[operation])
         elif group in entries:
