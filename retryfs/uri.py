@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import quote, unquote_plus, urlsplit
 
 from .policy import GROUPS, RetryPolicy, resolve_overrides
+from .timeouts import TIMED_GROUPS
 
 __all__ = [
     "BACKENDS",
@@ -52,7 +53,6 @@ BACKENDS = ("auto", "arrow", "fsspec")
 BACKEND_RETRY_PARAMS = frozenset({"retry_limit_seconds"})  # pyarrow GCS
 _PREFIX = "retry_"
 _ENV_PREFIX = "RETRYFS_"
-_TIMED_GROUPS = ("read", "metadata")
 
 # -- secrets -----------------------------------------------------------------------------------
 
@@ -319,7 +319,7 @@ def _build_parameters() -> dict[str, Parameter]:
         "timeout", _seconds_or_none, "none", "30",
         "per-attempt timeout in seconds of read and metadata operations (an attempt that "
         "takes longer is abandoned and retried)")
-    for group in _TIMED_GROUPS:
+    for group in TIMED_GROUPS:
         params[f"{group}_timeout"] = Parameter(
             f"{group}_timeout", _seconds_or_none, "`retry_timeout`", "10",
             f"per-attempt timeout of the {group} operations only")
@@ -367,7 +367,7 @@ class RetryConfig:
         if not groups:
             return everywhere
         if everywhere is not None:
-            for group in _TIMED_GROUPS:
+            for group in TIMED_GROUPS:
                 groups.setdefault(group, everywhere)
         return groups
 
