@@ -158,6 +158,15 @@ def _open(url: str) -> tuple[Any, str]:
     return from_uri(url)
 
 
+def _open_existing(url: str) -> tuple[Any, str, pafs.FileInfo]:
+    """``(filesystem, path, info)`` of what ``url`` names; FileNotFoundError if nothing."""
+    fs, path = _open(url)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"not found: {_shown(url)}")
+    return fs, path, info
+
+
 def _is_tty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -262,10 +271,7 @@ def _cmd_cp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    fs, path = _open(args.url)
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"not found: {_shown(args.url)}")
+    fs, path, info = _open_existing(args.url)
     if info.type == pafs.FileType.File:
         entries, base = [info], path.rsplit("/", 1)[0] if "/" in path else ""
     else:
@@ -289,10 +295,7 @@ def _cmd_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _cmd_rm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .transfer import human_bytes
 
-    fs, path = _open(args.url)
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"not found: {_shown(args.url)}")
+    fs, path, info = _open_existing(args.url)
     if info.type == pafs.FileType.Directory:
         if not args.recursive:
             raise UsageError(f"{_shown(args.url)} is a directory: remove it with -r")
@@ -308,10 +311,7 @@ def _cmd_rm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_cat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    fs, path = _open(args.url)
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"not found: {_shown(args.url)}")
+    fs, path, info = _open_existing(args.url)
     if info.type == pafs.FileType.Directory:
         raise UsageError(f"{_shown(args.url)} is a directory")
     sink = getattr(out, "buffer", out)

@@ -217,26 +217,18 @@ class RayMetricsExporter:
         self._lock = threading.Lock()
         self._last: weakref.WeakKeyDictionary[
             RetryStats, tuple[int, dict[str, dict[str, Any]]]] = weakref.WeakKeyDictionary()
-        self._counters: dict[str, Any] = {}
-        self._gauges: dict[str, Any] = {}
+        self._instruments: dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _counter(self, suffix: str, doc: str, tags: tuple[str, ...]) -> Any:
-        counter = self._counters.get(suffix)
-        if counter is None:
-            counter = self._metrics.Counter(f"{self.namespace}_{suffix}", description=doc,
-                                            tag_keys=tags)
-            self._counters[suffix] = counter
-        return counter
-
-    def _gauge(self, suffix: str, doc: str, tags: tuple[str, ...]) -> Any:
-        gauge = self._gauges.get(suffix)
-        if gauge is None:
-            gauge = self._metrics.Gauge(f"{self.namespace}_{suffix}", description=doc,
-                                        tag_keys=tags)
-            self._gauges[suffix] = gauge
-        return gauge
+    def _instrument(self, kind: str, suffix: str, doc: str, tags: tuple[str, ...]) -> Any:
+        """The Ray metric ``<namespace>_<suffix>`` of ``kind`` (Counter, Gauge), made once."""
+        instrument = self._instruments.get(suffix)
+        if instrument is None:
+            instrument = getattr(self._metrics, kind)(f"{self.namespace}_{suffix}",
+                                                      description=doc, tag_keys=tags)
+            self._instruments[suffix] = instrument
+        return instrument
 
     def flush(self) -> int:
         """Push what changed since the last flush; returns the number of ``inc`` calls."""
@@ -255,21 +247,23 @@ class RayMetricsExporter:
                     for key, suffix, doc in _OPERATION_COUNTERS:
                         delta = counters[key] - old.get(key, 0)
                         if delta > 0:
-                            self._counter(suffix, doc, ("operation",)).inc(delta, tags=tags)
+                            counter = self._instrument("Counter", suffix, doc, ("operation",))
+                            counter.inc(delta, tags=tags)
                             pushed += 1
                     old_errors = old.get("by_error", {})
                     for cls, counts in counters["by_error"].items():
                         for key, suffix, doc in _ERROR_COUNTERS:
                             delta = counts[key] - old_errors.get(cls, {}).get(key, 0)
                             if delta > 0:
-                                self._counter(suffix, doc, ("operation", "error")).inc(
-                                    delta, tags={"operation": operation, "error": cls})
+                                counter = self._instrument("Counter", suffix, doc,
+                                                           ("operation", "error"))
+                                counter.inc(delta, tags={"operation": operation, "error": cls})
                                 pushed += 1
             for bucket in budget_module.buckets():
                 snap = bucket.snapshot()
-                self._gauge("budget_available_tokens", "Tokens left in the retry budget.",
-                            ("endpoint",)).set(snap["available"],
-                                               tags={"endpoint": snap["endpoint"]})
+                gauge = self._instrument("Gauge", "budget_available_tokens",
+                                         "Tokens left in the retry budget.", ("endpoint",))
+                gauge.set(snap["available"], tags={"endpoint": snap["endpoint"]})
         return pushed
 
     def start(self) -> RayMetricsExporter:
