@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .classify import http_status_of
+from .classify import http_status_of, provider_code_of
 
 __all__ = ["RetryEvent", "RetryStats", "all_stats", "basic_redact", "error_kind", "logger"]
 
@@ -114,19 +114,13 @@ def error_kind(error: BaseException) -> str:
             status = _HTTP_STATUS.search(text)
             detail = f"HTTP {status.group(1)}" if status else detail
     if detail is None:
-        response = getattr(error, "response", None)
-        if isinstance(response, dict):
-            code = response.get("Error", {}).get("Code")
-            if isinstance(code, str) and code.isidentifier() and len(code) <= 64:
-                detail = code
-    if detail is None:
-        code = getattr(error, "error_code", None)
-        if isinstance(code, str) and code.isidentifier() and len(code) <= 64:
+        code = provider_code_of(error)  # botocore's Error.Code, azure-core's error_code
+        if code is not None and code.isidentifier() and len(code) <= 64:
             detail = code
     if detail is None:
-        status = http_status_of(error)
-        if status is not None:
-            detail = f"HTTP {status}"
+        http_status = http_status_of(error)
+        if http_status is not None:
+            detail = f"HTTP {http_status}"
     if detail is None and type(error) is OSError:
         number = getattr(error, "errno", None)
         if isinstance(number, int) and number in errno_module.errorcode:
