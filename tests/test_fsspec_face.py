@@ -26,21 +26,13 @@ from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 import retryfs
 from retryfs import RetryingFileSystem, RetryPolicy, RetryStats
-from retryfs.budget import reset_budgets
 from retryfs.fsspec import AsyncRetryFileSystem, RetryFileSystem
 from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault
 
 FAST = RetryPolicy(max_attempts=4, initial_delay=0.0, max_delay=0.0, jitter=False)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_budgets(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("RETRYFS_"):
-            monkeypatch.delenv(name)
-    reset_budgets()
-    yield
-    reset_budgets()
+pytestmark = pytest.mark.usefixtures("clean_retryfs_env")
 
 
 def reset():

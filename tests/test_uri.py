@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from urllib.parse import quote
@@ -15,7 +14,6 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 import retryfs
 from retryfs import RetryingFileSystem, RetryPolicy
-from retryfs.budget import reset_budgets
 from retryfs.policy import GROUPS
 from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault
 from retryfs.uri import PARAMETERS, from_uri, split_retry_params
@@ -23,12 +21,7 @@ from retryfs.uri import PARAMETERS, from_uri, split_retry_params
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("RETRYFS_"):
-            monkeypatch.delenv(name)
-    reset_budgets()
+pytestmark = pytest.mark.usefixtures("clean_retryfs_env")
 
 
 def _observed(fs: RetryingFileSystem, name: str):
