@@ -221,10 +221,7 @@ class Retrier:
         except Exception as exc:  # noqa: BLE001 - every failure is classified
             first_error = exc
         else:
-            self.stats.record_success(operation, 1)
-            budget = self.budget
-            if budget is not None and budget.available < budget.capacity:
-                budget.release(budget.config.success_refund)
+            self._succeeded(operation, 1, 0)
             return result
         # Retried outside the except block: a later attempt's error must not get this one as
         # its __context__ (classification walks the context; a throttle would stick).
@@ -279,6 +276,7 @@ class Retrier:
         self.stats.record_success(operation, attempts)
         budget = self.budget
         if budget is not None:  # botocore: a recovered call gives back its last retry's cost
+            # (release() returns at once, without a lock, while the bucket is full)
             budget.release(last_cost if attempts > 1 else budget.config.success_refund)
 
     def _retry(self, operation: str, path: str, fn: Callable[..., T], args: tuple[Any, ...],
@@ -346,13 +344,7 @@ class Retrier:
                     await (self.async_sleep or asyncio.sleep)(step.delay)
                 attempt += 1
                 continue
-            if attempt == 1:
-                self.stats.record_success(operation, 1)
-                budget = self.budget
-                if budget is not None and budget.available < budget.capacity:
-                    budget.release(budget.config.success_refund)
-            else:
-                self._succeeded(operation, attempt, cost)
+            self._succeeded(operation, attempt, cost)
             return result
 
 
