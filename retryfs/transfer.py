@@ -49,6 +49,7 @@ from .engine import Retrier
 from .errors import CommitNotVisibleError
 from .policy import RetryPolicy
 from .stats import RetryEvent
+from .streams import _discard
 
 __all__ = [
     "CopyError",
@@ -623,10 +624,7 @@ class _Copier:
         that is healthy (the *source* failed) commits what it has, so that object is deleted.
         """
         if hasattr(out, "discard"):
-            try:
-                out.discard()
-            except Exception:  # noqa: BLE001 - already failing; the original error is raised
-                pass
+            _discard(out)
             return
         try:
             out.close()
