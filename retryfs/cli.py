@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -18,6 +19,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 import pyarrow.fs as pafs
+
+from .locations import dangerous_target
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -91,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     rm.add_argument("url", metavar="URL", help=_URL_HELP)
     rm.add_argument("-r", "--recursive", action="store_true",
                     help="remove a directory and everything under it")
+    rm.add_argument("--preserve-root", action=argparse.BooleanOptionalAction, default=True,
+                    help="refuse to remove a filesystem root, a bucket root, the working "
+                    "directory or a directory above it (default); --no-preserve-root allows it")
     rm.set_defaults(run=_cmd_rm)
 
     cat = commands.add_parser("cat", help="write a file's bytes to stdout",
@@ -299,6 +305,10 @@ def _cmd_rm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if info.type == pafs.FileType.Directory:
         if not args.recursive:
             raise UsageError(f"{_shown(args.url)} is a directory: remove it with -r")
+        why = dangerous_target(fs.unwrap(), path) if args.preserve_root else None
+        if why:
+            raise UsageError(f"refusing to remove {_shown(args.url)}: {why} "
+                             "(pass --no-preserve-root to remove it anyway)")
         files = [e for e in fs.get_file_info(pafs.FileSelector(path.rstrip("/"), recursive=True))
                  if e.type == pafs.FileType.File]
         fs.delete_dir(path.rstrip("/"))
@@ -364,6 +374,13 @@ def main(argv: list[str] | None = None, *, stdout: TextIO | None = None,
             ImportError) as exc:
         print(f"retryfs: error: {_one_line(exc)}", file=err)
         return EXIT_USAGE
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # the OS's message repeats the whole name
+            print("retryfs: error: a name in the location is too long for the filesystem "
+                  f"(errno {exc.errno}, {os.strerror(exc.errno)})", file=err)
+            return EXIT_USAGE
+        print(f"retryfs: error: {_one_line(exc)}", file=err)
+        return EXIT_FAILED
     except Exception as exc:  # noqa: BLE001 - a storage failure: one line, no traceback
         print(f"retryfs: error: {_one_line(exc)}", file=err)
         return EXIT_FAILED

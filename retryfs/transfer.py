@@ -47,6 +47,7 @@ from .arrow import RetryingFileSystem
 from .classify import Decision, ErrorClassifier
 from .engine import Retrier
 from .errors import CommitNotVisibleError
+from .locations import check_location, check_path
 from .policy import RetryPolicy
 from .stats import RetryEvent
 from .streams import _discard
@@ -238,6 +239,7 @@ def _wrap(spec: Any, policy: RetryPolicy | None, what: str) -> tuple[RetryingFil
         from .uri import from_uri, redact
 
         uri = os.fspath(spec)
+        check_location(uri, what)  # an empty SRC or DST is never the current directory
         kwargs = {"policy": policy} if policy is not None else {}
         fs, path = from_uri(uri, **kwargs)
         if uri.split("?", 1)[0].endswith(("/", os.sep)) and not path.endswith("/"):
@@ -245,7 +247,7 @@ def _wrap(spec: Any, policy: RetryPolicy | None, what: str) -> tuple[RetryingFil
         return fs, path, redact(uri)
     if isinstance(spec, tuple) and len(spec) == 2:
         fs, path = spec
-        path = os.fspath(path)
+        path = check_path(os.fspath(path), f"{what} path")
         if getattr(type(fs), "protocol", None) == "retry" and hasattr(fs, "unwrap"):
             # the fsspec face of retryfs: wrap what it wraps, with its policy (never retry twice)
             fs = RetryingFileSystem(fs.unwrap(), policy or getattr(fs, "policy", None),

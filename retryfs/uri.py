@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote_plus, urlsplit
 
+from .locations import check_location, check_object_path
 from .policy import GROUPS, RetryPolicy, resolve_overrides
 from .timeouts import TIMED_GROUPS
 
@@ -512,14 +513,14 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
 
     Precedence, lowest first: built-in defaults, ``RETRYFS_*`` environment variables, ``kwargs``,
     URL parameters. Error texts (``retryable_messages``) add up. A leading ``retry::`` is
-    accepted and ignored.
+    accepted and ignored. An empty or blank location (``""``, ``"retry::"``, parameters only)
+    or one with a NUL character is a ``ValueError``: never the current directory.
     """
     from .arrow import RetryingFileSystem
 
     if not isinstance(uri, str):
         uri = os.fspath(uri)
-    if uri.startswith("retry::"):
-        uri = uri[len("retry::"):]
+    uri = check_location(uri)  # "" is never the current directory
     _register_uri_secrets(uri)
     _register_option_secrets(storage_options)
     rest, retry_pairs = split_retry_params(uri)
@@ -572,7 +573,7 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
 
     backend = url.options.get("backend", env.options.get("backend", "auto"))
     inner, path = _open_backend(rest, backend, storage_options)
-    return RetryingFileSystem(inner, **wrapper), path
+    return RetryingFileSystem(inner, **wrapper), check_object_path(inner, path)
 
 
 def _code_messages(value: Any) -> tuple[str, ...]:

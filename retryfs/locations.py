@@ -1,0 +1,110 @@
+"""Degenerate locations: what is never "the current directory", and what ``rm -r`` refuses.
+
+An empty or blank location (an unset shell variable, a URL that is only ``retry::`` or only a
+query string) would otherwise resolve to the working directory, and a NUL byte would be cut by
+the operating system: both are a ``ValueError`` before any filesystem is made. Destructive
+commands also refuse the root of a filesystem, the root of a bucket and the working directory
+or any of its parents (`dangerous_target`), unless the user says so explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from typing import Any
+
+import pyarrow.fs as pafs
+
+__all__ = ["check_location", "check_object_path", "check_path", "dangerous_target"]
+
+#: Stores whose first path component is a bucket (or container): its root is a whole store.
+BUCKET_TYPES = frozenset({"s3", "gcs", "abfs"})
+BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "wasb",
+                              "wasbs", "oss", "r2"})
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def check_path(path: str, what: str = "location") -> str:
+    """``path`` unchanged, or a ``ValueError`` naming ``what`` if it is blank or holds a NUL."""
+    if not isinstance(path, str):
+        raise TypeError(f"{what} must be a string or a path, got {type(path).__name__}")
+    if not path.strip():
+        raise ValueError(f"{what} is empty ({path!r}): give a URI (s3://bucket/key) or a "
+                         "path; an empty location never means the current directory")
+    if "\x00" in path:
+        raise ValueError(f"{what} {_shown(path)} contains a NUL character")
+    return path
+
+
+def check_location(uri: str, what: str = "location") -> str:
+    """``uri`` without leading ``retry::`` prefixes, refused if nothing names a place.
+
+    ``""``, ``"   "``, ``"retry::"`` and ``"?retry_max_attempts=3"`` (parameters only) are a
+    ``ValueError`` naming ``what``.
+    """
+    check_path(uri, what)
+    rest = uri
+    while rest.startswith("retry::"):
+        rest = rest[len("retry::"):]
+    place = rest.partition("#")[0].partition("?")[0]
+    if not place.strip():
+        raise ValueError(f"{what} {_shown(uri)} names no place (only "
+                         f"{'a retry:: prefix' if uri.startswith('retry::') else 'parameters'}"
+                         "): give a URI (s3://bucket/key) or a path")
+    return rest
+
+
+def check_object_path(fs: Any, path: str) -> str:
+    """``path`` unchanged, or a ``ValueError`` if it has ``.``/``..`` segments on an object store.
+
+    A key has no parent directory: the HTTP client normalizes ``bucket/ckpt/..`` to ``bucket``,
+    so a HEAD or DELETE meant for a key would reach the bucket itself.
+    """
+    if _has_buckets(fs) and any(part in (".", "..") for part in path.split("/")):
+        raise ValueError(f"location {_shown(path)} has a '.' or '..' segment: object stores "
+                         "have no relative paths (the client would send it to another key or "
+                         "to the bucket itself)")
+    return path
+
+
+def _is_local(fs: Any) -> bool:
+    if isinstance(fs, pafs.LocalFileSystem):
+        return True
+    protocol = getattr(fs, "protocol", None)
+    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol or ())
+    return "file" in protocols or "local" in protocols
+
+
+def _has_buckets(fs: Any) -> bool:
+    if isinstance(fs, pafs.FileSystem):
+        return fs.type_name in BUCKET_TYPES
+    protocol = getattr(fs, "protocol", None)
+    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol or ())
+    return any(p in BUCKET_PROTOCOLS for p in protocols)
+
+
+def dangerous_target(fs: Any, path: str, cwd: str | None = None) -> str | None:
+    """Why deleting the tree at ``path`` of ``fs`` (the unwrapped filesystem) is refused, or None.
+
+    Refused: a filesystem's root, a bucket's root (s3, gcs, abfs and their fsspec kin), and on
+    a local filesystem the working directory and every directory above it.
+    """
+    if _is_local(fs):
+        real = os.path.realpath(path)
+        here = os.path.realpath(cwd if cwd is not None else os.getcwd())
+        if os.path.dirname(real) == real:
+            return f"{real!r} is the root of the filesystem"
+        if real == here:
+            return f"{real!r} is the working directory"
+        if here.startswith(real.rstrip(os.sep) + os.sep):
+            return f"{real!r} holds the working directory"
+        return None
+    bare = posixpath.normpath("/" + path).strip("/") if path.strip("/") else ""
+    if not bare:
+        return "it is the root of the filesystem"
+    if _has_buckets(fs) and "/" not in bare:
+        return f"{bare!r} is a whole bucket"
+    return None
