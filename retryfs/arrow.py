@@ -355,7 +355,8 @@ class RetryingFileSystem(pafs.PyFileSystem):
         return self.retry_handler.retrier.budget
 
     def failed_commits(self) -> dict[str, BaseException]:
-        """Objects whose commit finally failed in this process and was not redone since."""
+        """``{path: exception}``: objects whose commit finally failed in this process and were
+        not redone since, each with the original exception (iterate it for the paths)."""
         return self.retry_handler.failed_commits.snapshot()
 
     def __reduce__(self) -> tuple[Any, ...]:
