@@ -67,8 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("-w", "--workers", type=_positive_int, default=8,
                     help="files copied at once (default: 8)")
     cp.add_argument("--verify", action="store_const", const="hash", default="size",
-                    help="re-read every copied object and compare its SHA-256 with the source "
-                    "(default: check its size)")
+                    help="re-read every copied object and compare its SHA-256 with the source; "
+                    "skip a file already there only when its SHA-256 (or the store's ETag) "
+                    "matches the source's (default: check sizes, and ETags where the store "
+                    "gives them)")
     cp.add_argument("--no-resume", dest="resume", action="store_false",
                     help="copy every file, even those the destination already holds")
     cp.add_argument("-n", "--dry-run", action="store_true",

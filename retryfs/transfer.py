@@ -19,8 +19,10 @@ reported failed.
 
 Resumption: a file the destination already holds is skipped when its size matches and, where
 both sides give a comparable checksum, the checksum too (see `same_content`). Without a
-comparable checksum the size alone decides: a same-size file with different bytes is not
-detected then (use ``resume=False`` to copy everything again).
+comparable checksum, ``verify="hash"`` reads both sides and compares their SHA-256 before it
+skips (`same_sha256`); otherwise the size alone decides, and the result says so
+(`CopyResult.skipped_unverified`, "skipped by size, not verified" in the summary): a
+same-size file with different bytes is not detected then.
 
 `copy` raises `CopyError` (with the full `CopyResult` as ``.result``) when a file failed after
 its retries; the files that did land stay where they are, and running the same copy again
@@ -60,6 +62,7 @@ __all__ = [
     "VerificationError",
     "copy",
     "same_content",
+    "same_sha256",
 ]
 
 log = logging.getLogger("retryfs.copy")
@@ -76,6 +79,8 @@ PART_SIZES = tuple(n * MiB for n in (5, 8, 10, 16, 50, 64, 100))
 
 Verify = Literal["size", "hash"]
 Status = Literal["copied", "skipped", "failed", "planned"]
+Checked = Literal["sha256", "etag", "size", ""]
+_CHECK_NAMES = {"sha256": "SHA-256", "etag": "ETag", "size": "size"}
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -92,11 +97,14 @@ class FileCopy:
     reason: str = ""  # why skipped / why failed
     attempts: int = 0  # upload attempts made (0: nothing uploaded)
     error: BaseException | None = field(default=None, repr=False, compare=False)
+    #: How the destination's content was checked: "sha256" (read back and hashed), "etag"
+    #: (the store's checksum matched the source's), "size" (the size only), "" (not checked).
+    checked: Checked = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "source": self.source, "destination": self.destination,
                 "size": self.size, "status": self.status, "reason": self.reason,
-                "attempts": self.attempts}
+                "attempts": self.attempts, "checked": self.checked}
 
 
 @dataclass
@@ -132,6 +140,19 @@ class CopyResult:
         return self._with("planned")
 
     @property
+    def verified(self) -> list[FileCopy]:
+        """Copied or skipped files whose content was checked (by SHA-256, ETag or, for a file
+        copied with ``verify="size"``, the committed size)."""
+        return [f for f in self.files if f.status in ("copied", "skipped") and f.checked
+                and not (f.status == "skipped" and f.checked == "size")]
+
+    @property
+    def skipped_unverified(self) -> list[FileCopy]:
+        """Files skipped because the destination had the same size, their bytes never compared
+        (no checksum to compare, and no ``verify="hash"``)."""
+        return [f for f in self.skipped if f.checked == "size"]
+
+    @property
     def ok(self) -> bool:
         return not self.failed
 
@@ -159,8 +180,25 @@ class CopyResult:
         parts = [head, f"skipped {len(self.skipped)} already there",
                  f"failed {len(self.failed)}", f"retries {self.retries}"]
         if not self.dry_run:
-            parts.append(f"verified by {'SHA-256' if self.verify == 'hash' else 'size'}")
+            parts.append(self._verified_summary())
+            if self.skipped_unverified:
+                parts.append(f"{len(self.skipped_unverified)} skipped by size, not verified")
         return ", ".join(parts)
+
+    def _verified_summary(self) -> str:
+        """``verified 4 by SHA-256`` or ``verified 7 (4 by SHA-256, 3 by ETag)``: only what
+        was checked, file by file."""
+        counts: dict[str, int] = {}
+        for f in self.verified:
+            counts[f.checked] = counts.get(f.checked, 0) + 1
+        total = sum(counts.values())
+        if len(counts) <= 1:
+            how = _CHECK_NAMES[next(iter(counts))] if counts else (
+                "SHA-256" if self.verify == "hash" else "size")
+            return f"verified {total} by {how}"
+        shown = ", ".join(f"{n} by {_CHECK_NAMES[k]}" for k, n in sorted(
+            counts.items(), key=lambda kv: list(_CHECK_NAMES).index(kv[0])))
+        return f"verified {total} ({shown})"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``--json``."""
@@ -175,6 +213,9 @@ class CopyResult:
                       "planned": len(self.planned)},
             "bytes": {"total": self.bytes_total, "copied": self.bytes_copied,
                       "skipped": self.bytes_skipped},
+            "verified": {kind: sum(1 for f in self.verified if f.checked == kind)
+                         for kind in _CHECK_NAMES},
+            "skipped_unverified": len(self.skipped_unverified),
             "retries": self.retries,
             "elapsed_seconds": round(self.elapsed, 3),
             "failures": [{"path": f.path, "error": f.reason} for f in self.failed],
@@ -392,6 +433,20 @@ def same_content(src: RetryingFileSystem, src_path: str, dst: RetryingFileSystem
     return True, "same size"
 
 
+def same_sha256(src: RetryingFileSystem, src_path: str, dst: RetryingFileSystem,
+                dst_path: str) -> tuple[bool, str]:
+    """Both files read whole and compared by SHA-256: ``(same, how)`` (what ``verify="hash"``
+    does for a file already there when no checksum could decide)."""
+    digests = []
+    for fs, path in ((src, src_path), (dst, dst_path)):
+        digest = hashlib.sha256()
+        _read_all(fs, path, digest.update)
+        digests.append(digest.hexdigest())
+    if digests[0] == digests[1]:
+        return True, "same size and SHA-256"
+    return False, "content differs (SHA-256)"
+
+
 def _read_all(fs: RetryingFileSystem, path: str, sink: Callable[[bytes], None],
               chunk: int = CHUNK) -> None:
     with fs.open_input_stream(path) as stream:
@@ -527,8 +582,12 @@ class _Copier:
                     and there.size == item.size:
                 same, how = same_content(self.src, item.source, self.dst, item.destination,
                                          item.size)
+                checked: Checked = "etag" if "ETag" in how else "size"
+                if same and checked == "size" and self.verify == "hash":
+                    same, how = same_sha256(self.src, item.source, self.dst, item.destination)
+                    checked = "sha256"
                 if same:
-                    item.status, item.reason = "skipped", how
+                    item.status, item.reason, item.checked = "skipped", how, checked
                     self._report(item, advance=item.size)
                     return
                 item.reason = how
@@ -537,7 +596,7 @@ class _Copier:
                 self._report(item, advance=item.size)
                 return
             self._upload(item)
-            item.status = "copied"
+            item.status, item.checked = "copied", "sha256" if self.verify == "hash" else "size"
             self._report(item)
         except _Cancelled:
             return
@@ -733,7 +792,8 @@ def copy(
       True) also re-reads it and compares its SHA-256 with what was read from the source.
       A file is reported copied only once that check passed.
     - ``resume`` (default) skips files the destination already holds (same size, and same
-      checksum where comparable: `same_content`). ``dry_run`` lists what would be copied.
+      checksum where comparable: `same_content`; with ``verify="hash"`` the same SHA-256 where
+      no checksum compares). ``dry_run`` lists what would be copied.
     - ``progress(CopyProgress)`` is called as bytes and files go by.
 
     Returns a `CopyResult`. Raises `CopyError` (its ``.result`` is the `CopyResult`) when any

@@ -267,6 +267,6 @@ def test_progress_bar_on_a_terminal(ckpt, tmp_path):
     assert "files 4/4" in tty and "retries 0" in tty and "B/s" in tty
     assert "\r" in tty  # redrawn in place
     assert "copied  model.pt" not in tty  # no plain per-file lines on a terminal
-    assert "copied 4 file(s)" in out and "verified by SHA-256" in out
+    assert "copied 4 file(s)" in out and "verified 4 by SHA-256" in out
     assert hashlib.sha256((tmp_path / "out/model.pt").read_bytes()).hexdigest() == digests[
         "model.pt"]
