@@ -9,6 +9,12 @@ same type, same message) with a note of the attempts made.
 The same loop exists for coroutines (:meth:`Retrier.acall`, the fsspec async face), with a
 per-attempt timeout (:meth:`Retrier.timeout_for`) applied on the event loop.
 
+The deadline clock starts with the first attempt, and the deadline bounds the whole
+user-visible operation: a retried call publishes its end (:func:`operation_end`) to the calls it
+makes in turn (a stream's reopen and replay inside a write retry, on this thread or on a timed
+attempt's worker), and those give up by the same end. No attempt starts past the end, so an
+operation takes at most ``deadline`` plus one attempt.
+
 Test mode (:func:`no_sleep`, or ``RETRYFS_NO_SLEEP=1`` in the environment) skips every backoff
 sleep and sets the retry budget aside; attempts, classification, logs and counters are as usual.
 """
@@ -16,6 +22,7 @@ sleep and sets the retry budget aside; attempts, classification, logs and counte
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import os
 import threading
@@ -31,7 +38,8 @@ from .policy import RetryPolicy
 from .stats import RetryEvent, RetryStats
 from .timeouts import AttemptTimeoutError, wait_for_attempt
 
-__all__ = ["AttemptTimeoutError", "Retrier", "no_sleep", "retry_after_of", "sleeping_disabled"]
+__all__ = ["AttemptTimeoutError", "Retrier", "no_sleep", "operation_end", "retry_after_of",
+           "sleeping_disabled"]
 
 T = TypeVar("T")
 
@@ -63,6 +71,19 @@ def no_sleep() -> Iterator[None]:
     finally:
         with _no_sleep_lock:
             _no_sleep_depth -= 1
+
+
+#: The end of the outermost retried operation under way in this context: ``(clock, end)``.
+#: Calls nested in its attempts give up by that end too. Context variables follow threads that
+#: run with a copied context (timed attempts do) and coroutines.
+_operation_end: contextvars.ContextVar[tuple[Callable[[], float], float] | None] = \
+    contextvars.ContextVar("retryfs_operation_end", default=None)
+
+
+def operation_end(clock: Callable[[], float]) -> float | None:
+    """When the enclosing operation's deadline passes, on ``clock`` (``None``: no bound)."""
+    outer = _operation_end.get()
+    return outer[1] if outer is not None and outer[0] is clock else None
 
 
 def _sleep(seconds: float) -> None:
@@ -216,6 +237,7 @@ class Retrier:
         reconcile: Callable[[BaseException], bool] | None = None,
         **kwargs: Any,
     ) -> T:
+        started = self.clock()  # the deadline counts the first attempt too
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - every failure is classified
@@ -225,19 +247,30 @@ class Retrier:
             return result
         # Retried outside the except block: a later attempt's error must not get this one as
         # its __context__ (classification walks the context; a throttle would stick).
-        return self._retry(operation, path, fn, args, kwargs, first_error, reconcile)
+        return self._retry(operation, path, fn, args, kwargs, first_error, reconcile, started)
 
     def decide(self, operation: str, path: str, error: BaseException, attempt: int,
                started: float) -> tuple[float | None, bool]:
         """``(delay before the next attempt or None to give up, whether error is retryable)``.
 
-        Logs and counts retries and give-ups; takes the retry's tokens from the budget.
+        ``started``: when the first attempt began, on this retrier's clock. Logs and counts
+        retries and give-ups; takes the retry's tokens from the budget.
         """
-        step = self._step(operation, path, error, attempt, started)
+        step = self._step(operation, path, error, attempt, started,
+                          self._end(self.policy_for(operation), started))
         return step.delay, step.retryable
 
+    def _end(self, policy: RetryPolicy, started: float) -> float | None:
+        """When an operation that started at ``started`` must be done: its own deadline or the
+        enclosing operation's end, whichever comes first (``None``: unbounded)."""
+        own = None if policy.deadline is None else started + policy.deadline
+        outer = operation_end(self.clock)
+        if outer is None or (own is not None and own < outer):
+            return own
+        return outer
+
     def _step(self, operation: str, path: str, error: BaseException, attempt: int,
-              started: float) -> _Step:
+              started: float, end: float | None) -> _Step:
         policy = self.policy_for(operation)
         decision = self.classifier.classify(error)
         if decision is Decision.FAIL:
@@ -251,7 +284,7 @@ class Retrier:
         reason = ""
         if attempt >= policy.max_attempts:
             reason = "no attempts left"
-        elif policy.deadline is not None and self.clock() - started + delay > policy.deadline:
+        elif end is not None and self.clock() + delay > end:
             reason = "deadline reached"
         cost = 0
         budget = self.budget
@@ -281,26 +314,32 @@ class Retrier:
 
     def _retry(self, operation: str, path: str, fn: Callable[..., T], args: tuple[Any, ...],
                kwargs: dict[str, Any], error: Exception,
-               reconcile: Callable[[BaseException], bool] | None) -> T:
-        started = self.clock()
-        attempt = 1
-        while True:
-            step = self._step(operation, path, error, attempt, started)
-            if step.delay is None:
-                self.stats.record_failure(operation, attempt, gave_up=step.retryable)
-                raise error
-            self.sleep(step.delay)
-            attempt += 1
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001
-                if reconcile is not None and reconcile(exc):
-                    self._succeeded(operation, attempt, step.cost)
-                    return None  # type: ignore[return-value]
-                error = exc
-                continue
-            self._succeeded(operation, attempt, step.cost)
-            return result
+               reconcile: Callable[[BaseException], bool] | None, started: float) -> T:
+        end = self._end(self.policy_for(operation), started)
+        # The retries' nested calls (a reopen, a replay) give up by the same end.
+        token = None if end is None else _operation_end.set((self.clock, end))
+        try:
+            attempt = 1
+            while True:
+                step = self._step(operation, path, error, attempt, started, end)
+                if step.delay is None:
+                    self.stats.record_failure(operation, attempt, gave_up=step.retryable)
+                    raise error
+                self.sleep(step.delay)
+                attempt += 1
+                try:
+                    result = fn(*args, **kwargs)
+                except Exception as exc:  # noqa: BLE001
+                    if reconcile is not None and reconcile(exc):
+                        self._succeeded(operation, attempt, step.cost)
+                        return None  # type: ignore[return-value]
+                    error = exc
+                    continue
+                self._succeeded(operation, attempt, step.cost)
+                return result
+        finally:
+            if token is not None:
+                _operation_end.reset(token)
 
     # -- async -----------------------------------------------------------------------------------
     async def acall(
@@ -320,32 +359,40 @@ class Retrier:
         """
         timeout = self.timeouts.get(operation)
         attempt = 1
-        started: float | None = None
+        started = self.clock()  # the deadline counts the first attempt too
+        end: float | None = None
+        token = None
         cost = 0
-        while True:
-            try:
-                if timeout is None:
-                    result = await fn(*args, **kwargs)
-                else:
-                    result = await wait_for_attempt(fn(*args, **kwargs), timeout, operation,
-                                                    path)
-            except Exception as exc:  # noqa: BLE001 - every failure is classified
-                if attempt > 1 and reconcile is not None and reconcile(exc):
-                    self._succeeded(operation, attempt, cost)
-                    return None  # type: ignore[return-value]
-                if started is None:
-                    started = self.clock()
-                step = self._step(operation, path, exc, attempt, started)
-                if step.delay is None:
-                    self.stats.record_failure(operation, attempt, gave_up=step.retryable)
-                    raise
-                cost = step.cost
-                if step.delay > 0 and not sleeping_disabled():
-                    await (self.async_sleep or asyncio.sleep)(step.delay)
-                attempt += 1
-                continue
-            self._succeeded(operation, attempt, cost)
-            return result
+        try:
+            while True:
+                try:
+                    if timeout is None:
+                        result = await fn(*args, **kwargs)
+                    else:
+                        result = await wait_for_attempt(fn(*args, **kwargs), timeout,
+                                                        operation, path)
+                except Exception as exc:  # noqa: BLE001 - every failure is classified
+                    if attempt > 1 and reconcile is not None and reconcile(exc):
+                        self._succeeded(operation, attempt, cost)
+                        return None  # type: ignore[return-value]
+                    if attempt == 1:
+                        end = self._end(self.policy_for(operation), started)
+                        if end is not None:  # the retries' nested calls end by it too
+                            token = _operation_end.set((self.clock, end))
+                    step = self._step(operation, path, exc, attempt, started, end)
+                    if step.delay is None:
+                        self.stats.record_failure(operation, attempt, gave_up=step.retryable)
+                        raise
+                    cost = step.cost
+                    if step.delay > 0 and not sleeping_disabled():
+                        await (self.async_sleep or asyncio.sleep)(step.delay)
+                    attempt += 1
+                    continue
+                self._succeeded(operation, attempt, cost)
+                return result
+        finally:
+            if token is not None:
+                _operation_end.reset(token)
 
 
 def _note(error: BaseException, operation: str, path: str, attempts: int, elapsed: float,

@@ -20,6 +20,7 @@ no thread is involved and the attempt is cancelled.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -165,9 +166,11 @@ def run_with_timeout(fn: Callable[[], T], seconds: float, operation: str, path: 
     """``fn()`` on a worker thread; :class:`AttemptTimeoutError` if it takes over ``seconds``.
 
     On a timeout, ``on_abandon(future)`` (if given) is called; the abandoned call goes on in
-    the background and its outcome is discarded.
+    the background and its outcome is discarded. ``fn`` runs in a copy of the caller's context,
+    so the calls it makes see the enclosing operation's deadline.
     """
-    future = _workers.submit(fn)
+    context = contextvars.copy_context()
+    future = _workers.submit(lambda: context.run(fn))
     done, _ = wait_futures((future,), timeout=seconds)
     if not done:
         if not future.cancel() and on_abandon is not None:
