@@ -9,6 +9,7 @@ process: pickling carries the configuration and the inner filesystem only.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -192,7 +193,8 @@ class RetryingHandler(pafs.FileSystemHandler):
         return self.retrier.call(operation, path, fn, *args, **kwargs)
 
     def get_type_name(self) -> str:
-        return f"retry+{self.inner.type_name}"
+        # "outer::inner", pyarrow's convention for wrappers (its ProxyHandler is "proxy::...")
+        return f"retry::{self.inner.type_name}"
 
     def normalize_path(self, path: str) -> str:
         return self._call("normalize_path", path, self.inner.normalize_path, path)
@@ -285,12 +287,39 @@ class RetryingHandler(pafs.FileSystemHandler):
                                                                        "read", path)
 
         stream = ResumableInputFile(path, reopen(), reopen, self.retrier, seekable=seekable)
-        return pa.PythonFile(stream, mode="r")
+        return InputFile(stream, mode="r")
 
     def _landed(self, path: str, size: int) -> bool:
         """Whether ``path`` now holds an object of ``size`` bytes (read-after-write check)."""
         info = self.inner.get_file_info(path)
         return info.type == pafs.FileType.File and (info.size is None or info.size == size)
+
+
+class InputFile(pa.PythonFile):
+    """A retryfs input stream with its metadata.
+
+    Arrow cannot read metadata from a Python-implemented stream (``PythonFile.metadata()`` is
+    always empty), so `RetryingFileSystem` hands this object to Python callers directly, and
+    ``metadata()`` is the inner stream's (``Content-Type`` and the rest an object store sent).
+    """
+
+    def __init__(self, source: ResumableInputFile, mode: str = "r") -> None:
+        self.source = source  # PythonFile's own __cinit__ has taken source and mode already
+
+    def metadata(self) -> dict[str, bytes]:
+        return self.source.metadata()
+
+    # PythonFile takes every Python file for random access: a whole read would ask a
+    # sequential stream for its size. Read it to its end instead.
+    def read(self, nbytes: int | None = None) -> bytes:
+        if nbytes is None and not self.source.seekable():
+            return self.source.read(-1)
+        return super().read(nbytes)
+
+    def read_buffer(self, nbytes: int | None = None) -> pa.Buffer:
+        if nbytes is None and not self.source.seekable():
+            return pa.py_buffer(self.source.read(-1))
+        return super().read_buffer(nbytes)
 
 
 def _rebuild_handler(fs: Any, config: dict[str, Any]) -> RetryingHandler:
@@ -353,6 +382,22 @@ class RetryingFileSystem(pafs.PyFileSystem):
     def retry_budget(self) -> TokenBucket | None:
         """The live retry budget of the wrapped endpoint in this process (None: no budget)."""
         return self.retry_handler.retrier.budget
+
+    # Python callers get the handler's stream itself (not Arrow's copy of it, which has lost
+    # the metadata); Arrow's own callers (copy_files, datasets) go through the handler as usual.
+    def open_input_stream(self, path: Any, compression: str | None = "detect",
+                          buffer_size: int | None = None) -> pa.NativeFile:
+        if not isinstance(path, (str, os.PathLike)):
+            return super().open_input_stream(path, compression=compression,
+                                             buffer_size=buffer_size)
+        path = os.fspath(path)
+        return self._wrap_input_stream(self.retry_handler.open_input_stream(path), path=path,
+                                       compression=compression, buffer_size=buffer_size)
+
+    def open_input_file(self, path: Any) -> pa.NativeFile:
+        if not isinstance(path, (str, os.PathLike)):
+            return super().open_input_file(path)
+        return self.retry_handler.open_input_file(os.fspath(path))
 
     def failed_commits(self) -> dict[str, BaseException]:
         """``{path: exception}``: objects whose commit finally failed in this process and were

@@ -642,6 +642,9 @@ def _server_error_behind(exc: BaseException) -> bool:
     return status is not None and (status >= 500 or status == 429)
 
 
+_MTIME_KEYS = ("LastModified", "last_modified", "updated", "created")
+
+
 class FsspecHandler(pafs.FSSpecHandler):
     """pyarrow's ``FSSpecHandler`` minus the checks that hide errors (used by `RetryingFileSystem`
     for fsspec filesystems).
@@ -652,6 +655,19 @@ class FsspecHandler(pafs.FSSpecHandler):
     checks are ``info`` calls whose errors go up, and a "not found" raised from a server error
     (fsspec's HTTP filesystem) is raised, not reported as NotFound.
     """
+
+    @staticmethod
+    def _create_file_info(path: str, info: dict[str, Any]) -> pafs.FileInfo:
+        """pyarrow's, with the modification time under the other names fsspec backends use
+        (s3fs ``LastModified``, gcsfs ``updated``; the memory filesystem, whose files are
+        written once, only has ``created``)."""
+        found = pafs.FSSpecHandler._create_file_info(path, info)
+        if found.mtime is not None or found.type == pafs.FileType.NotFound:
+            return found
+        mtime = next((info[key] for key in _MTIME_KEYS if info.get(key) is not None), None)
+        if mtime is None:
+            return found
+        return pafs.FileInfo(path, found.type, size=found.size, mtime=mtime)
 
     def _info_or_none(self, path: str) -> dict[str, Any] | None:
         try:

@@ -223,6 +223,10 @@ class ResumableInputFile(io.RawIOBase):
             self._size = self._retrier.call("read", self.path, self._attempt, _size_of)
         return self._size
 
+    def metadata(self) -> dict[str, bytes]:
+        """The inner stream's metadata (``Content-Type``...: what the object store sent)."""
+        return self._retrier.call("read", self.path, self._attempt, _metadata_of)
+
     def _end(self) -> int:
         """The file's size, for ``SEEK_END`` (subclasses whose ``size`` is not a method)."""
         return self.size()
@@ -314,6 +318,11 @@ def _read_from(inner: Any, size: int | None) -> Any:
         return inner.read_buffer() if whole else inner.read_buffer(size)
     data = inner.read() if whole else inner.read(size)
     return data if isinstance(data, bytes) else bytes(data)
+
+
+def _metadata_of(inner: Any) -> dict[str, bytes]:
+    metadata = getattr(inner, "metadata", None)
+    return dict(metadata()) if callable(metadata) else {}
 
 
 def _size_of(inner: Any) -> int:

@@ -52,7 +52,7 @@ def test_pyarrow_pickling_of_the_handler_alone_keeps_it():
 def test_attributes_of_the_inner_filesystem_are_reachable():
     fs = RetryingFileSystem(pafs.S3FileSystem(region="ap-south-1", anonymous=True))
     assert fs.region == "ap-south-1"
-    assert fs.type_name == "py::retry+s3"
+    assert fs.type_name == "py::retry::s3"
     with pytest.raises(AttributeError):
         fs.no_such_attribute  # noqa: B018
 
