@@ -81,6 +81,16 @@ def _is_missing(exc: BaseException) -> bool:
     return isinstance(exc, FileNotFoundError) or "AWS Error NO_SUCH_KEY" in str(exc)
 
 
+def holds(dest: pafs.FileInfo, source: pafs.FileInfo) -> bool:
+    """Whether ``dest`` can be what ``source`` became when moved: same kind and size, and not
+    older (a rename keeps the modification time, an object store's copy sets a new one)."""
+    if dest.type != source.type:
+        return False
+    if source.type == pafs.FileType.File and dest.size != source.size:
+        return False
+    return dest.mtime_ns is None or source.mtime_ns is None or dest.mtime_ns >= source.mtime_ns
+
+
 class RetryingHandler(pafs.FileSystemHandler):
     """The ``FileSystemHandler`` behind `RetryingFileSystem`."""
 
@@ -206,11 +216,16 @@ class RetryingHandler(pafs.FileSystemHandler):
         return self._call("get_file_info_selector", selector.base_dir,
                           self.inner.get_file_info, selector)
 
+    # -- ambiguous outcomes: a retry's error that shows an earlier attempt did the work -------
+    # Each check is a call of its own through the retry engine (a transient error in it is
+    # retried; one that gives up ends the operation, see Retrier._reconciled).
+    def _info(self, path: str) -> pafs.FileInfo:
+        return self._call("get_file_info", path, self.inner.get_file_info, path)
+
     def create_dir(self, path: str, recursive: bool) -> None:
         def exists_now(exc: BaseException) -> bool:
-            if not isinstance(exc, FileExistsError):
-                return False
-            return self.inner.get_file_info(path).type == pafs.FileType.Directory
+            return (isinstance(exc, FileExistsError)
+                    and self._info(path).type == pafs.FileType.Directory)
 
         self._call("create_dir", path, self.inner.create_dir, path, recursive=recursive,
                    reconcile=exists_now)
@@ -219,8 +234,17 @@ class RetryingHandler(pafs.FileSystemHandler):
         self._call("delete_dir", path, self.inner.delete_dir, path, reconcile=_is_missing)
 
     def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+        def emptied(exc: BaseException) -> bool:
+            # An object store has no empty directories: once an earlier attempt deleted what
+            # was under ``path``, the directory itself is gone and the retry finds nothing.
+            if not _is_missing(exc):
+                return False
+            selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+            return not self._call("get_file_info_selector", path, self.inner.get_file_info,
+                                  selector)
+
         self._call("delete_dir_contents", path, self.inner.delete_dir_contents, path,
-                   missing_dir_ok=missing_dir_ok)
+                   missing_dir_ok=missing_dir_ok, reconcile=emptied)
 
     def delete_root_dir_contents(self) -> None:
         self._call("delete_root_dir_contents", "/", self.inner.delete_dir_contents, "/",
@@ -230,12 +254,16 @@ class RetryingHandler(pafs.FileSystemHandler):
         self._call("delete_file", path, self.inner.delete_file, path, reconcile=_is_missing)
 
     def move(self, src: str, dest: str) -> None:
+        # What the source was before the first attempt: the only proof that a retry which
+        # finds no source was preceded by this call's own move (one metadata call per move).
+        before = self._info(src)
+
         def moved_already(exc: BaseException) -> bool:
-            if not _is_missing(exc):
+            if not _is_missing(exc) or before.type == pafs.FileType.NotFound:
                 return False
-            src_info, dest_info = self.inner.get_file_info([src, dest])
-            return (src_info.type == pafs.FileType.NotFound
-                    and dest_info.type != pafs.FileType.NotFound)
+            src_info, dest_info = self._call("get_file_info", f"{src} -> {dest}",
+                                             self.inner.get_file_info, [src, dest])
+            return src_info.type == pafs.FileType.NotFound and holds(dest_info, before)
 
         self._call("move", f"{src} -> {dest}", self.inner.move, src, dest,
                    reconcile=moved_already)
@@ -421,10 +449,4 @@ def _rebuild_filesystem(fs: Any, config: dict[str, Any]) -> RetryingFileSystem:
     return RetryingFileSystem(fs, **config)
 
 
-def _commits_of(filesystem: Any) -> FailedCommits | None:
-    handler = filesystem.__dict__.get("_retry_handler") if isinstance(
-        filesystem, RetryingFileSystem) else getattr(filesystem, "handler", None)
-    return handler.failed_commits if isinstance(handler, RetryingHandler) else None
-
-
-install_copy_files_guard(_commits_of)
+install_copy_files_guard()

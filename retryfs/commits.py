@@ -7,40 +7,87 @@ is reported as copied. Ray Train uploads every checkpoint that way.
 retryfs records each commit that finally failed, per process (the record is state, never
 pickled), and wraps the two functions ``copy_files`` delegates to (``pyarrow.fs._copy_files``
 and ``pyarrow.fs._copy_files_selector``, looked up at call time, so callers holding a
-reference to ``copy_files`` are covered too). After the copy, if a commit under its destination
-failed during the call on a retryfs destination, the guard raises that commit's original
-exception with a note listing every object that did not land.
+reference to ``copy_files`` are covered too). Each guarded call opens a `CopySession`; every
+retryfs output stream remembers the sessions open when it was opened (`watching`) and reports
+its failed commit to them. After the copy, the guard raises the first such commit's original
+exception with a note listing every object that did not land. The guard keys on the streams,
+not on the destination's type: a `RetryingFileSystem` inside a ``SubTreeFileSystem``, under a
+``PyFileSystem`` over fsspec, or under another wrapper is covered the same way.
+
+A stream opened while two copies run at once (two threads) reports to both: a failed commit
+may then fail the other copy too; it is never reported as success.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow.fs as pafs
 
-__all__ = ["FailedCommits", "install_copy_files_guard", "CopyFilesGuardError"]
-
-_sequence = itertools.count(1)
-
+__all__ = ["CopyFilesGuardError", "CopySession", "FailedCommits", "copy_session",
+           "install_copy_files_guard", "report_commit", "watching"]
 
 class CopyFilesGuardError(RuntimeError):
     """pyarrow changed in a way the guard cannot follow (raised at install, never silently)."""
 
 
-class FailedCommits:
-    """Per-process record of commits that finally failed: path -> (sequence, exception)."""
+class CopySession:
+    """The failed commits of the retryfs streams opened while one guarded call ran."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._failed: dict[str, tuple[int, BaseException]] = {}
+        self.failed: dict[str, BaseException] = {}
 
-    def mark(self) -> int:
-        """A point in time; :meth:`pop_since` returns only failures recorded after it."""
-        return next(_sequence)
+    def record(self, path: str, error: BaseException | None) -> None:
+        with self._lock:
+            if error is None:
+                self.failed.pop(path, None)  # committed at last (a later stream of the path)
+            else:
+                self.failed[path] = error
+
+
+_sessions: set[CopySession] = set()
+_sessions_lock = threading.Lock()
+
+
+@contextmanager
+def copy_session() -> Iterator[CopySession]:
+    """A session that the streams opened until it ends report their commits to."""
+    session = CopySession()
+    with _sessions_lock:
+        _sessions.add(session)
+    try:
+        yield session
+    finally:
+        with _sessions_lock:
+            _sessions.discard(session)
+
+
+def watching() -> tuple[CopySession, ...]:
+    """The sessions open now (what a stream being opened reports to); () on the happy path."""
+    if not _sessions:  # no copy running: no lock taken
+        return ()
+    with _sessions_lock:
+        return tuple(_sessions)
+
+
+def report_commit(sessions: tuple[CopySession, ...], path: str,
+                  error: BaseException | None) -> None:
+    """Tell ``sessions`` how the commit of ``path`` ended (``error`` None: it landed)."""
+    for session in sessions:
+        session.record(path, error)
+
+
+class FailedCommits:
+    """Per-process record of commits that finally failed: path -> exception."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed: dict[str, BaseException] = {}
 
     def record(self, path: str, error: BaseException | None) -> None:
         """Remember a failed commit of ``path``, or forget it when ``error`` is None."""
@@ -48,21 +95,11 @@ class FailedCommits:
             if error is None:
                 self._failed.pop(path, None)
             else:
-                self._failed[path] = (next(_sequence), error)
-
-    def pop_since(self, mark: int, under: str) -> dict[str, BaseException]:
-        """Failed commits at ``under`` or below it recorded after ``mark`` (and forget them)."""
-        prefix = under.rstrip("/") + "/"
-        with self._lock:
-            found = {path: err for path, (seq, err) in self._failed.items()
-                     if seq > mark and (path == under or path.startswith(prefix))}
-            for path in found:
-                del self._failed[path]
-        return found
+                self._failed[path] = error
 
     def snapshot(self) -> dict[str, BaseException]:
         with self._lock:
-            return {path: err for path, (_, err) in self._failed.items()}
+            return dict(self._failed)
 
     def __len__(self) -> int:
         return len(self._failed)
@@ -82,17 +119,12 @@ def raise_failed(failed: dict[str, BaseException], action: str) -> None:
     raise error
 
 
-def _guard(original: Callable[..., Any],
-           commits_of: Callable[[Any], FailedCommits | None]) -> Callable[..., Any]:
+def _guard(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def guarded(source_fs: Any, source: Any, destination_fs: Any, destination: str,
-                *args: Any, **kwargs: Any) -> Any:
-        commits = commits_of(destination_fs)
-        if commits is None:
-            return original(source_fs, source, destination_fs, destination, *args, **kwargs)
-        mark = commits.mark()
-        result = original(source_fs, source, destination_fs, destination, *args, **kwargs)
-        raise_failed(commits.pop_since(mark, destination), "pyarrow.fs.copy_files")
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        with copy_session() as session:
+            result = original(*args, **kwargs)
+        raise_failed(dict(session.failed), "pyarrow.fs.copy_files")
         return result
 
     guarded.__retryfs_guard__ = True  # type: ignore[attr-defined]
@@ -102,7 +134,7 @@ def _guard(original: Callable[..., Any],
 _install_lock = threading.Lock()
 
 
-def install_copy_files_guard(commits_of: Callable[[Any], FailedCommits | None]) -> None:
+def install_copy_files_guard() -> None:
     """Wrap ``pyarrow.fs._copy_files`` and ``_copy_files_selector`` once per process."""
     with _install_lock:
         for name in ("_copy_files", "_copy_files_selector"):
@@ -113,4 +145,4 @@ def install_copy_files_guard(commits_of: Callable[[Any], FailedCommits | None]) 
                     "guard copy_files against silently failed commits")
             if getattr(original, "__retryfs_guard__", False):
                 continue
-            setattr(pafs, name, _guard(original, commits_of))
+            setattr(pafs, name, _guard(original))

@@ -330,16 +330,43 @@ class Retrier:
                 try:
                     result = fn(*args, **kwargs)
                 except Exception as exc:  # noqa: BLE001
-                    if reconcile is not None and reconcile(exc):
-                        self._succeeded(operation, attempt, step.cost)
-                        return None  # type: ignore[return-value]
                     error = exc
-                    continue
-                self._succeeded(operation, attempt, step.cost)
-                return result
+                else:
+                    self._succeeded(operation, attempt, step.cost)
+                    return result
+                # (outside the except block, so that the check's own errors are not chained
+                # to this one: classification walks __context__, and a not-found would stick)
+                if reconcile is not None and self._reconciled(operation, path, attempt,
+                                                              reconcile, error):
+                    self._succeeded(operation, attempt, step.cost)
+                    return None  # type: ignore[return-value]
         finally:
             if token is not None:
                 _operation_end.reset(token)
+
+    def _reconciled(self, operation: str, path: str, attempt: int,
+                    reconcile: Callable[[BaseException], bool], error: BaseException) -> bool:
+        """Whether a retry's ``error`` shows the work done; a check that fails ends the call.
+
+        The checks retry through this engine themselves (as calls of their own); when one gives
+        up, the outcome of ``operation`` is unknown: its error is raised as it came (the check's
+        original exception, type kept) and ``operation`` is counted as given up, so the counters
+        stay whole (attempts == calls + retries).
+        """
+        try:
+            return bool(reconcile(error))
+        except Exception as check_error:
+            policy = self.policy_for(operation)
+            self.stats.record_giveup(RetryEvent(
+                operation, path, attempt, policy.max_attempts, check_error, 0.0, False,
+                gave_up=True, reason="the check of its outcome failed"))
+            self.stats.record_failure(operation, attempt, gave_up=True)
+            if hasattr(check_error, "add_note"):
+                check_error.add_note(self.stats.redact(
+                    f"retryfs: {operation} {path!r}: attempt {attempt} raised "
+                    f"{type(error).__name__}, and checking whether an earlier attempt had "
+                    "done the work failed"))
+            raise
 
     # -- async -----------------------------------------------------------------------------------
     async def acall(
@@ -372,7 +399,8 @@ class Retrier:
                         result = await wait_for_attempt(fn(*args, **kwargs), timeout,
                                                         operation, path)
                 except Exception as exc:  # noqa: BLE001 - every failure is classified
-                    if attempt > 1 and reconcile is not None and reconcile(exc):
+                    if attempt > 1 and reconcile is not None and self._reconciled(
+                            operation, path, attempt, reconcile, exc):
                         self._succeeded(operation, attempt, cost)
                         return None  # type: ignore[return-value]
                     if attempt == 1:

@@ -161,6 +161,7 @@ def _exists_now(exc: BaseException) -> bool:
     return isinstance(exc, FileExistsError)
 
 
+_MKDIRS = frozenset({"mkdir", "makedirs", "makedir", "mkdirs"})
 _RECONCILE: dict[str, Callable[[BaseException], bool]] = {
     "rm_file": _gone, "rm": _gone, "rmdir": _gone, "delete": _gone,
     "mkdir": _exists_now, "makedirs": _exists_now, "makedir": _exists_now,
@@ -400,7 +401,23 @@ class RetryFileSystem(ChainedFileSystem):
         seconds = self._timeouts.get(operation)
         if seconds is not None:
             fn = timed(fn, seconds, operation, label)
-        return self.retrier.call(operation, label, fn, reconcile=_RECONCILE.get(operation))
+        return self.retrier.call(operation, label, fn,
+                                 reconcile=self._reconciler(operation, args, kwargs))
+
+    def _reconciler(self, operation: str, args: tuple[Any, ...],
+                    kwargs: Mapping[str, Any]) -> Callable[[BaseException], bool] | None:
+        """How a retry's error of ``operation`` can show an earlier attempt's work."""
+        if operation not in _MKDIRS:
+            return _RECONCILE.get(operation)
+        path = args[0] if args else kwargs.get("path")
+
+        def made_already(exc: BaseException) -> bool:
+            # "exists" is this call's work only if what exists is a directory (checked
+            # through the engine: a transient error in the check is retried too)
+            return (_exists_now(exc) and isinstance(path, str)
+                    and self._call("info", path, self.fs.info, path).get("type") == "directory")
+
+        return made_already
 
     def _retry_iter(self, operation: str, label: str, fn: Callable[..., Any],
                     *args: Any, **kwargs: Any) -> Iterator[Any]:

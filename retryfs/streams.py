@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .commits import report_commit, watching
 from .engine import Retrier
 from .errors import CommitNotVisibleError
 
@@ -81,6 +82,7 @@ class ReplayableOutputStream(io.RawIOBase):
         self._inner_size = 0  # bytes the current inner stream has been given
         self._failed = False
         self._lock = threading.Lock()
+        self._watchers = watching()  # the copy_files calls running now hear of its commit
 
     # -- io.RawIOBase ------------------------------------------------------------------------
     def writable(self) -> bool:
@@ -120,17 +122,20 @@ class ReplayableOutputStream(io.RawIOBase):
                 try:
                     self._guarded("close", self._commit)
                 except BaseException as exc:
-                    if self._on_commit is not None:
-                        self._on_commit(self.path, exc)
+                    self._committed(exc)
                     raise
-                if self._on_commit is not None:
-                    self._on_commit(self.path, None)
+                self._committed(None)
         finally:
             self._inner = None  # so that RawIOBase.close() does not flush again
             self._spool.close()
             super().close()
 
     # -- internals -----------------------------------------------------------------------------
+    def _committed(self, error: BaseException | None) -> None:
+        if self._on_commit is not None:
+            self._on_commit(self.path, error)
+        report_commit(self._watchers, self.path, error)
+
     def _check_usable(self) -> None:
         if self.closed:
             raise ValueError("I/O operation on closed retryfs output stream")

@@ -10,6 +10,10 @@
 
 A ``stall`` holds the call for that many seconds (a black-holed connection), then goes on
 normally, or raises ``error`` if one is given; ``faulty.release()`` ends every stall at once.
+``applied=True`` does the work first and then raises ``error``: the server applied the request
+and the answer was lost, the ambiguous outcome a retry has to reconcile::
+
+    faulty.inject("move", errors.network(), applied=True)    # moved, then "connection reset"
 
 Operations are the 15 ``FileSystemHandler`` method names plus the stream operations ``read``,
 ``write``, ``flush`` and ``close``. Output streams behave like an object store: nothing is
@@ -87,7 +91,8 @@ class Fault:
     fail ``times`` of them (``None``: every one). ``error`` makes a fresh exception each time.
     ``silent`` (for ``close`` only): report success but drop the object, like a commit that
     an object store acknowledged and lost. ``stall``: hold the call that many seconds first
-    (then raise ``error``, or, without one, go on normally)."""
+    (then raise ``error``, or, without one, go on normally). ``applied``: do the work, then
+    raise ``error`` (applied, then the answer lost)."""
 
     operation: str
     error: ErrorFactory | None
@@ -96,6 +101,7 @@ class Fault:
     times: int | None = 1
     silent: bool = False
     stall: float | None = None
+    applied: bool = False
     seen: int = 0
     fired: int = 0
 
@@ -150,6 +156,21 @@ class _Plan:
         if fault.error is not None and not fault.silent:
             raise fault.error()
 
+    def run(self, operation: str, path: str, work: Callable[[], Any]) -> Any:
+        """``work()`` under the faults of ``operation``: before it, or after it if applied."""
+        fault = self.check(operation, path)
+        if fault is None:
+            return work()
+        if not fault.applied:
+            self.hold(fault)
+            if fault.error is not None and not fault.silent:
+                raise fault.error()
+            return work()
+        work()
+        self.hold(fault)
+        assert fault.error is not None  # inject() refuses applied without an error
+        raise fault.error()
+
 
 class _FaultyOutput(io.RawIOBase):
     """Buffers like an object store upload: the object appears only on a successful close."""
@@ -164,16 +185,15 @@ class _FaultyOutput(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        self._fail_if("write")
-        return self._buffer.write(memoryview(data).cast("B"))
+        return self._fail_if("write", lambda: self._buffer.write(memoryview(data).cast("B")))
 
     def flush(self) -> None:
         if not self.closed:
-            self._fail_if("flush")
+            self._fail_if("flush", lambda: None)
 
-    def _fail_if(self, operation: str) -> None:
+    def _fail_if(self, operation: str, work: Callable[[], Any]) -> Any:
         try:
-            self._plan.maybe_fail(operation, self._path)
+            return self._plan.run(operation, self._path, work)
         except BaseException as exc:
             self._broken = exc  # like an S3 upload whose part failed: it will not complete
             raise
@@ -185,7 +205,7 @@ class _FaultyOutput(io.RawIOBase):
             if self._broken is not None:
                 raise OSError(f"upload of {self._path!r} failed earlier: {self._broken}")
             fault = self._plan.check("close", self._path)
-            if fault is not None:
+            if fault is not None and not fault.applied:
                 self._plan.hold(fault)
                 if fault.silent:
                     return
@@ -193,6 +213,10 @@ class _FaultyOutput(io.RawIOBase):
                     raise fault.error()
             with self._fs.open_output_stream(self._path, metadata=self._metadata) as out:
                 out.write(self._buffer.getvalue())
+            if fault is not None and fault.applied:  # committed, then the answer was lost
+                self._plan.hold(fault)
+                assert fault.error is not None
+                raise fault.error()
         finally:
             super().close()
 
@@ -213,8 +237,8 @@ class _FaultyInput(io.RawIOBase):
         return bool(self._inner.seekable())
 
     def read(self, size: int | None = -1) -> bytes:
-        self._plan.maybe_fail("read", self._path)
-        return self._inner.read() if size is None or size < 0 else self._inner.read(size)
+        return self._plan.run("read", self._path, lambda: self._inner.read()
+                              if size is None or size < 0 else self._inner.read(size))
 
     def seek(self, offset: int, whence: int = 0) -> int:
         return self._inner.seek(offset, whence)
@@ -248,63 +272,56 @@ class _FaultyHandler(pafs.FileSystemHandler):
         return f"faulty+{self.inner.type_name}"
 
     def normalize_path(self, path: str) -> str:
-        self.plan.maybe_fail("normalize_path", path)
-        return self.inner.normalize_path(path)
+        return self.plan.run("normalize_path", path, lambda: self.inner.normalize_path(path))
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
-        for path in paths:
+        for path in paths:  # a read: applied or not, the answer is lost the same way
             self.plan.maybe_fail("get_file_info", path)
         return self.inner.get_file_info(paths)
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        self.plan.maybe_fail("get_file_info_selector", selector.base_dir)
-        return self.inner.get_file_info(selector)
+        return self.plan.run("get_file_info_selector", selector.base_dir,
+                             lambda: self.inner.get_file_info(selector))
 
     def create_dir(self, path: str, recursive: bool) -> None:
-        self.plan.maybe_fail("create_dir", path)
-        self.inner.create_dir(path, recursive=recursive)
+        self.plan.run("create_dir", path, lambda: self.inner.create_dir(path, recursive=recursive))
 
     def delete_dir(self, path: str) -> None:
-        self.plan.maybe_fail("delete_dir", path)
-        self.inner.delete_dir(path)
+        self.plan.run("delete_dir", path, lambda: self.inner.delete_dir(path))
 
     def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
-        self.plan.maybe_fail("delete_dir_contents", path)
-        self.inner.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+        self.plan.run("delete_dir_contents", path, lambda: self.inner.delete_dir_contents(
+            path, missing_dir_ok=missing_dir_ok))
 
     def delete_root_dir_contents(self) -> None:
-        self.plan.maybe_fail("delete_root_dir_contents", "/")
-        self.inner.delete_dir_contents("/", accept_root_dir=True)
+        self.plan.run("delete_root_dir_contents", "/", lambda: self.inner.delete_dir_contents(
+            "/", accept_root_dir=True))
 
     def delete_file(self, path: str) -> None:
-        self.plan.maybe_fail("delete_file", path)
-        self.inner.delete_file(path)
+        self.plan.run("delete_file", path, lambda: self.inner.delete_file(path))
 
     def move(self, src: str, dest: str) -> None:
-        self.plan.maybe_fail("move", src)
-        self.inner.move(src, dest)
+        self.plan.run("move", src, lambda: self.inner.move(src, dest))
 
     def copy_file(self, src: str, dest: str) -> None:
-        self.plan.maybe_fail("copy_file", src)
-        self.inner.copy_file(src, dest)
+        self.plan.run("copy_file", src, lambda: self.inner.copy_file(src, dest))
 
     def open_input_stream(self, path: str) -> pa.NativeFile:
-        self.plan.maybe_fail("open_input_stream", path)
-        return pa.PythonFile(_FaultyInput(self.plan, self.inner.open_input_stream(path), path),
-                             mode="r")
+        inner = self.plan.run("open_input_stream", path,
+                              lambda: self.inner.open_input_stream(path))
+        return pa.PythonFile(_FaultyInput(self.plan, inner, path), mode="r")
 
     def open_input_file(self, path: str) -> pa.NativeFile:
-        self.plan.maybe_fail("open_input_file", path)
-        return pa.PythonFile(_FaultyInput(self.plan, self.inner.open_input_file(path), path),
-                             mode="r")
+        inner = self.plan.run("open_input_file", path, lambda: self.inner.open_input_file(path))
+        return pa.PythonFile(_FaultyInput(self.plan, inner, path), mode="r")
 
     def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
         self.plan.maybe_fail("open_output_stream", path)
         return pa.PythonFile(_FaultyOutput(self.plan, self.inner, path, metadata), mode="w")
 
     def open_append_stream(self, path: str, metadata: Any) -> pa.NativeFile:
-        self.plan.maybe_fail("open_append_stream", path)
-        return self.inner.open_append_stream(path, metadata=metadata)
+        return self.plan.run("open_append_stream", path,
+                             lambda: self.inner.open_append_stream(path, metadata=metadata))
 
 
 class FaultyFileSystem(pafs.PyFileSystem):
@@ -322,7 +339,7 @@ class FaultyFileSystem(pafs.PyFileSystem):
 
     def inject(self, operation: str, error: ErrorFactory | BaseException | None = None, *,
                path: str = "*", skip: int = 0, times: int | None = 1, silent: bool = False,
-               stall: float | None = None) -> Fault:
+               stall: float | None = None, applied: bool = False) -> Fault:
         """Add a fault; ``error`` is an exception factory (or an exception, copied each time).
 
         ``stall`` (seconds) holds the call first; a stall without an error is a slow call
@@ -338,11 +355,13 @@ class FaultyFileSystem(pafs.PyFileSystem):
                              f"{', '.join(HANDLER_OPERATIONS + STREAM_OPERATIONS)}")
         if silent and operation != "close":
             raise ValueError("silent=True is only meaningful for 'close'")
+        if applied and (error is None or silent):
+            raise ValueError("applied=True needs an error (the answer that replaces success)")
         if isinstance(error, BaseException):
             template = error
             error = lambda: type(template)(*template.args)  # noqa: E731
         fault = Fault(operation, error, path=path, skip=skip, times=times, silent=silent,
-                      stall=stall)
+                      stall=stall, applied=applied)
         with self.plan.lock:
             self.plan.faults.append(fault)
         return fault

@@ -1,0 +1,257 @@
+"""Ambiguous outcomes: the server applied a request and the answer was lost (or never sent).
+
+A retry then meets the changed state (nothing to delete, a directory already there, no source
+to move) and must decide whether that is this call's own work. Success is claimed only when it
+is proven; the checks that decide retry through the same engine; every exit leaves the counters
+whole. Faults are injected with `FaultyFileSystem(applied=True)` in process and with
+`S3Fault(applied=True)` on a real S3 endpoint (moto), where pyarrow's own client sees them.
+"""
+
+from __future__ import annotations
+
+import fsspec
+import pyarrow.fs as pafs
+import pytest
+from _helpers import FAST
+
+from retryfs import RetryingFileSystem
+from retryfs.testing import FaultyFileSystem, errors
+from retryfs.testing.s3 import S3Fault, S3FaultEndpoint
+
+NETWORK = errors.network("CopyObject")
+
+
+def consistent(stats: dict) -> None:
+    """attempts == calls + retries, in total and per operation."""
+    assert stats["attempts"] == stats["calls"] + stats["retries"], stats
+    for name, op in stats["by_operation"].items():
+        assert op["attempts"] == op["calls"] + op["retries"], (name, op)
+
+
+@pytest.fixture
+def local(tmp_path):
+    faulty = FaultyFileSystem(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    return faulty, RetryingFileSystem(faulty, FAST, budget=False)
+
+
+def write(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    with fs.open_output_stream(path) as out:
+        out.write(data)
+
+
+def read(fs: pafs.FileSystem, path: str) -> bytes:
+    with fs.open_input_stream(path) as f:
+        return f.read()
+
+
+# -- move: success only when this call's effect is proven -----------------------------------------
+
+def test_move_of_a_source_that_never_existed_fails_though_the_destination_exists(local):
+    faulty, fs = local
+    write(faulty, "ckpt", b"old checkpoint")
+    faulty.inject("move", NETWORK)  # the first attempt fails before doing anything
+    with pytest.raises(FileNotFoundError):
+        fs.move("new-ckpt", "ckpt")
+    assert faulty.injected["move"] == 1
+    assert read(faulty, "ckpt") == b"old checkpoint"
+    stats = fs.stats.snapshot()
+    consistent(stats)
+    assert stats["by_operation"]["move"] == {**stats["by_operation"]["move"], "calls": 1,
+                                             "attempts": 2, "retries": 1}
+
+
+def test_move_applied_then_lost_is_success(local):
+    faulty, fs = local
+    write(faulty, "new", b"new checkpoint")
+    write(faulty, "ckpt", b"old")
+    faulty.inject("move", NETWORK, applied=True)
+    fs.move("new", "ckpt")
+    assert faulty.injected["move"] == 1
+    assert read(faulty, "ckpt") == b"new checkpoint"
+    assert faulty.get_file_info("new").type == pafs.FileType.NotFound
+    stats = fs.stats.snapshot()
+    consistent(stats)
+    assert stats["by_operation"]["move"]["attempts"] == 2
+
+
+def test_move_whose_source_vanished_and_destination_is_not_it_fails(local):
+    """The source existed at the first attempt, which failed without moving; then someone else
+    deleted it. The destination holds an older object of another size: not this call's work."""
+    faulty, fs = local
+    write(faulty, "new", b"new checkpoint")
+    write(faulty, "ckpt", b"old")
+    def vanish(src: str, dest: str) -> None:
+        faulty.handler.inner.delete_file(src)
+        raise NETWORK()
+
+    faulty.handler.inner = _Patched(faulty.handler.inner, move=vanish)
+    try:
+        with pytest.raises(FileNotFoundError):
+            fs.move("new", "ckpt")
+    finally:
+        faulty.handler.inner = faulty.handler.inner.wrapped
+    assert read(faulty, "ckpt") == b"old"
+    consistent(fs.stats.snapshot())
+
+
+class _Patched:
+    """A filesystem with some methods replaced (the rest forwarded)."""
+
+    def __init__(self, wrapped, **methods):
+        self.wrapped = wrapped
+        self.__dict__.update(methods)
+
+    def __getattr__(self, name):
+        return getattr(self.wrapped, name)
+
+
+def test_move_on_s3_of_a_missing_source_fails(s3_fault_endpoint: S3FaultEndpoint,
+                                              s3_fault_bucket: str) -> None:
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False)
+    ep.put_object(bucket, "ckpt", b"old checkpoint")
+    fault = ep.add_fault(S3Fault.internal_error(op="CopyObject", nth=1))
+    with pytest.raises(OSError, match="NO_SUCH_KEY|No such|does not exist"):
+        fs.move(f"{bucket}/new-ckpt", f"{bucket}/ckpt")
+    assert ep.fired(fault) == 1
+    assert ep.get_object(bucket, "ckpt") == b"old checkpoint"
+    assert [r.status for r in ep.requests(op="CopyObject")] == [500, 404]
+    consistent(fs.stats.snapshot())
+
+
+def test_move_on_s3_applied_then_answered_500_is_success(s3_fault_endpoint: S3FaultEndpoint,
+                                                         s3_fault_bucket: str) -> None:
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False)
+    ep.put_object(bucket, "new", b"new checkpoint")
+    ep.put_object(bucket, "ckpt", b"old")
+    fault = ep.add_fault(S3Fault.internal_error(op="DeleteObject", applied=True, nth=1))
+    fs.move(f"{bucket}/new", f"{bucket}/ckpt")
+    assert ep.fired(fault) == 1
+    assert ep.get_object(bucket, "ckpt") == b"new checkpoint"
+    assert "new" not in ep.keys(bucket)
+    assert [r.status for r in ep.requests(op="CopyObject")] == [200, 404]
+    consistent(fs.stats.snapshot())
+
+
+# -- delete_dir_contents on S3 --------------------------------------------------------------------
+
+def test_delete_dir_contents_applied_then_500_on_s3_is_success(
+        s3_fault_endpoint: S3FaultEndpoint, s3_fault_bucket: str) -> None:
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False)
+    for name in ("a", "b", "sub/c"):
+        ep.put_object(bucket, f"run/{name}", b"x")
+    ep.put_object(bucket, "keep", b"k")
+    fault = ep.add_fault(S3Fault.internal_error(op="DeleteObjects", applied=True, nth=1))
+    fs.delete_dir_contents(f"{bucket}/run")
+    assert ep.fired(fault) == 1
+    assert ep.keys(bucket) == ["keep"]
+    stats = fs.stats.snapshot()
+    consistent(stats)
+    assert stats["by_operation"]["delete_dir_contents"]["retries"] == 1
+    assert stats["giveups"] == 0
+
+
+def test_delete_dir_contents_that_finds_no_directory_without_a_fault_still_fails(
+        s3_fault_endpoint: S3FaultEndpoint, s3_fault_bucket: str) -> None:
+    fs = RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(), FAST, budget=False)
+    with pytest.raises(FileNotFoundError):
+        fs.delete_dir_contents(f"{s3_fault_bucket}/never")
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+# -- the check that decides retries through the engine; the counters stay whole --------------------
+
+def test_a_transient_error_in_the_reconciliation_check_is_retried(local):
+    faulty, fs = local
+    write(faulty, "new", b"new checkpoint")
+    faulty.inject("move", NETWORK, applied=True)
+    faulty.inject("get_file_info", errors.unavailable(), path="ckpt")  # the check's first try
+    fs.move("new", "ckpt")
+    assert faulty.injected["move"] == 1 and faulty.injected["get_file_info"] == 1
+    assert read(faulty, "ckpt") == b"new checkpoint"
+    stats = fs.stats.snapshot()
+    consistent(stats)
+    assert stats["by_operation"]["get_file_info"]["retries"] == 1
+    assert stats["by_operation"]["move"]["attempts"] == 2
+    assert stats["giveups"] == 0
+
+
+def test_a_reconciliation_check_that_gives_up_raises_its_error_and_counts_a_giveup(local):
+    faulty, fs = local
+    write(faulty, "new", b"new checkpoint")
+    faulty.inject("move", NETWORK, applied=True)
+    faulty.inject("get_file_info", errors.unavailable(), path="ckpt", times=None)
+    with pytest.raises(OSError, match="HTTP status 503") as raised:
+        fs.move("new", "ckpt")
+    assert any("checking whether an earlier attempt" in n for n in raised.value.__notes__)
+    stats = fs.stats.snapshot()
+    consistent(stats)
+    assert stats["by_operation"]["get_file_info"]["giveups"] == 1
+    assert stats["by_operation"]["move"]["giveups"] == 1
+    assert stats["by_operation"]["move"]["calls"] == 1
+
+
+# -- create_dir, delete_dir, fsspec mkdir: applied, then the answer lost ---------------------------
+
+@pytest.mark.parametrize("recursive", [False, True])
+def test_create_dir_applied_then_lost_is_success(local, recursive):
+    faulty, fs = local
+    faulty.inject("create_dir", errors.network("CreateDir"), applied=True)
+    faulty.inject("create_dir", FileExistsError(17, "File exists"), path="d")  # the retry's
+    fs.create_dir("d", recursive=recursive)
+    assert faulty.injected["create_dir"] == 2
+    assert faulty.get_file_info("d").type == pafs.FileType.Directory
+    stats = fs.stats.snapshot()
+    consistent(stats)
+    assert stats["by_operation"]["create_dir"]["attempts"] == 2
+
+
+def test_create_dir_over_a_file_is_not_reconciled(local):
+    faulty, fs = local
+    write(faulty, "d", b"a file, not a directory")
+    faulty.inject("create_dir", errors.network("CreateDir"))
+    with pytest.raises(FileExistsError):
+        fs.create_dir("d", recursive=False)
+    assert faulty.injected["create_dir"] == 1
+
+
+def test_delete_dir_applied_then_lost_is_success(local):
+    faulty, fs = local
+    faulty.create_dir("d/e")
+    write(faulty, "d/e/f", b"x")
+    faulty.inject("delete_dir", errors.network("DeleteDir"), applied=True)
+    fs.delete_dir("d")
+    assert faulty.injected["delete_dir"] == 1
+    assert faulty.get_file_info("d").type == pafs.FileType.NotFound
+    stats = fs.stats.snapshot()
+    consistent(stats)
+    assert stats["by_operation"]["delete_dir"]["attempts"] == 2
+
+
+@pytest.mark.parametrize("method", ["mkdir", "makedirs"])
+def test_fsspec_mkdir_applied_then_lost_is_success(tmp_path, method):
+    faulty = FaultyFileSystem(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    fs = fsspec.filesystem("retry", fs=faulty, policy=FAST, budget=False,
+                           skip_instance_cache=True)
+    faulty.inject("create_dir", errors.network("CreateDir"), applied=True)
+    if method == "mkdir":
+        fs.mkdir("d", create_parents=False)
+    else:
+        fs.makedirs("d", exist_ok=False)
+    assert faulty.injected["create_dir"] == 1
+    assert faulty.get_file_info("d").type == pafs.FileType.Directory
+    consistent(fs.stats.snapshot())
+    assert fs.stats.snapshot()["retries"] == 1
+
+
+def test_fsspec_mkdir_over_a_file_is_not_reconciled(tmp_path):
+    faulty = FaultyFileSystem(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    write(faulty, "d", b"a file")
+    fs = fsspec.filesystem("retry", fs=faulty, policy=FAST, budget=False,
+                           skip_instance_cache=True)
+    faulty.inject("create_dir", errors.network("CreateDir"))
+    with pytest.raises(FileExistsError):
+        fs.mkdir("d", create_parents=False)
+    assert faulty.injected["create_dir"] == 1
