@@ -128,46 +128,25 @@ def test_per_operation_policy_overrides_the_group(faulty):
     assert faulty.calls["delete_file"] == 6
 
 
-def faulty_inner(faulty):
-    return faulty.handler.inner
-
-
 def test_retried_delete_that_finds_nothing_is_success(faulty):
     fs = RetryingFileSystem(faulty, FAST)
-    inner = faulty_inner(faulty)
-    original = faulty.plan.maybe_fail
-    state = {"done": False}
-
-    def lose_answer(operation, path):
-        # the first attempt deletes, then its answer is lost: the retry finds nothing
-        if operation == "delete_file" and not state["done"]:
-            state["done"] = True
-            inner.delete_file(path)
-            raise ConnectionResetError("reset after the delete was applied")
-        return original(operation, path)
-
-    faulty.plan.maybe_fail = lose_answer
+    # the first attempt deletes, then its answer is lost: the retry finds nothing
+    faulty.inject("delete_file", ConnectionResetError("reset after the delete was applied"),
+                  applied=True)
     fs.delete_file("d/f")
+    assert faulty.injected["delete_file"] == 1
     assert fs.get_file_info("d/f").type == pafs.FileType.NotFound
     assert fs.stats.snapshot()["by_operation"]["delete_file"]["attempts"] == 2
 
 
 def test_retried_move_whose_source_is_gone_and_destination_present_is_success(faulty):
     fs = RetryingFileSystem(faulty, FAST)
-    inner = faulty_inner(faulty)
-    original = faulty.plan.maybe_fail
-    state = {"done": False}
-
-    def lose_answer(operation, path):
-        if operation == "move" and not state["done"]:
-            state["done"] = True
-            inner.move("d/f", "d/moved")
-            raise ConnectionResetError("reset after the move was applied")
-        return original(operation, path)
-
-    faulty.plan.maybe_fail = lose_answer
+    faulty.inject("move", ConnectionResetError("reset after the move was applied"),
+                  applied=True)
     fs.move("d/f", "d/moved")
+    assert faulty.injected["move"] == 1
     assert fs.get_file_info("d/moved").type == pafs.FileType.File
+    assert fs.stats.snapshot()["by_operation"]["move"]["attempts"] == 2
 
 
 def test_unknown_errors_are_not_retried(faulty):
