@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-quick clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ $(VENV)/.test-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.demo-installed
 
+$(VENV)/.bench-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $@ $(VENV)/.test-installed $(VENV)/.demo-installed
+
 demo: $(VENV)/.demo-installed
 	$(PY) -m retryfs demo
 
@@ -24,6 +28,14 @@ demo: $(VENV)/.demo-installed
 test: $(VENV)/.test-installed
 	$(PY) -m ruff check retryfs tests benchmarks examples
 	$(PY) -m pytest -ra
+
+# Benchmarks, never part of `make test`: `bench` runs every section at full size (about half an
+# hour), `bench-quick` the same sections on small inputs in under two minutes.
+bench: $(VENV)/.bench-installed
+	$(PY) -m benchmarks.run
+
+bench-quick: $(VENV)/.bench-installed
+	$(PY) -m benchmarks.run --quick
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check retryfs tests benchmarks examples

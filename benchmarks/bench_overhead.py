@@ -1,11 +1,13 @@
-"""What retryfs costs on the happy path: wrapped vs unwrapped vs a bare proxy vs Ray Data's wrapper.
+"""What retryfs costs on the happy path of a local filesystem, against the other wrappers.
 
-Two workloads, each run side by side in one process, several rounds, medians:
-- ``get_file_info`` on one local file (the per-call floor of a Python-level wrapper);
-- ``pyarrow.fs.copy_files`` of a checkpoint-shaped directory to local disk (threads on), where
-  retryfs also spools every byte for replay and verifies every commit.
+- per call: ``get_file_info`` of one file, and a small write (open, 4 KiB, close);
+- bulk: ``pyarrow.fs.copy_files`` of a checkpoint-shaped tree, local to local (tmpfs when
+  there is room), threads on.
 
-Usage: python benchmarks/bench_overhead.py [--calls 20000] [--mib 256] [--rounds 5]
+Each through the unwrapped ``LocalFileSystem``, the ``PyFileSystem(ProxyHandler(...))`` floor,
+Ray Data's ``RetryingPyFileSystem`` and retryfs, in interleaved rounds.
+
+Usage: python -m benchmarks.bench_overhead [--quick]
 """
 
 from __future__ import annotations
@@ -13,144 +15,103 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
-import tempfile
 import time
 from collections.abc import Callable
 
 import pyarrow.fs as pafs
 
-import retryfs
+from benchmarks.common import (
+    FLOOR,
+    RAY,
+    UNWRAPPED,
+    Tree,
+    four,
+    interleave,
+    scratch,
+    timing_table,
+)
+
+QUICK_TREE = Tree(big_files=1, big_mib=32, small_files=100, small_kib=64)
+FULL_TREE = Tree(big_files=3, big_mib=128, small_files=300, small_kib=64)
 
 
-class ProxyHandler(pafs.FileSystemHandler):
-    """The thinnest possible Python-level wrapper: the floor any PyFileSystem pays."""
+def per_call(calls: int, rounds: int) -> list[str]:
+    fss = four(pafs.LocalFileSystem())
+    payload = os.urandom(4096)
+    with scratch("calls") as work:
+        path = os.path.join(work, "probe")
+        with open(path, "wb") as f:
+            f.write(payload)
 
-    def __init__(self, fs: pafs.FileSystem) -> None:
-        self.fs = fs
+        def info(fs: pafs.FileSystem) -> Callable[[], float]:
+            def run() -> float:
+                started = time.thread_time()
+                for _ in range(calls):
+                    fs.get_file_info(path)
+                return (time.thread_time() - started) / calls * 1e6
+            return run
 
-    def __eq__(self, other): return isinstance(other, ProxyHandler) and self.fs == other.fs
-    def __ne__(self, other): return not self == other
-    def get_type_name(self): return "proxy::" + self.fs.type_name
-    def normalize_path(self, path): return self.fs.normalize_path(path)
-    def get_file_info(self, paths): return self.fs.get_file_info(paths)
-    def get_file_info_selector(self, selector): return self.fs.get_file_info(selector)
-    def create_dir(self, path, recursive): return self.fs.create_dir(path, recursive=recursive)
-    def delete_dir(self, path): return self.fs.delete_dir(path)
-    def delete_dir_contents(self, path, missing_dir_ok=False):
-        return self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
-    def delete_root_dir_contents(self): return self.fs.delete_dir_contents("", accept_root_dir=True)
-    def delete_file(self, path): return self.fs.delete_file(path)
-    def move(self, src, dest): return self.fs.move(src, dest)
-    def copy_file(self, src, dest): return self.fs.copy_file(src, dest)
-    def open_input_stream(self, path): return self.fs.open_input_stream(path)
-    def open_input_file(self, path): return self.fs.open_input_file(path)
-    def open_output_stream(self, path, metadata):
-        return self.fs.open_output_stream(path, metadata=metadata)
-    def open_append_stream(self, path, metadata):
-        return self.fs.open_append_stream(path, metadata=metadata)
+        writes = max(1, calls // 20)
 
+        def write(fs: pafs.FileSystem, name: str) -> Callable[[], float]:
+            target = os.path.join(work, name.replace(" ", "_"))
 
-def filesystems() -> dict[str, pafs.FileSystem]:
-    local = pafs.LocalFileSystem()
-    found: dict[str, pafs.FileSystem] = {
-        "pyarrow LocalFileSystem": local,
-        "bare PyFileSystem proxy": pafs.PyFileSystem(ProxyHandler(local)),
-        "retryfs": retryfs.RetryingFileSystem(local),
-    }
-    try:
-        from ray.data._internal.util import RetryingPyFileSystem
+            def run() -> float:
+                started = time.thread_time()
+                for _ in range(writes):
+                    with fs.open_output_stream(target) as out:
+                        out.write(payload)
+                return (time.thread_time() - started) / writes * 1e6
+            return run
 
-        found["Ray Data RetryingPyFileSystem"] = RetryingPyFileSystem.wrap(
-            local, retryable_errors=["AWS Error"])
-    except ImportError:
-        pass
-    return found
+        infos = interleave({name: info(fs) for name, fs in fss.items()}, rounds)
+        small = interleave({name: write(fs, name) for name, fs in fss.items()}, rounds)
+    return [
+        timing_table(f"get_file_info of a local file, {calls} calls x {rounds} rounds", "CPU us/call",
+                     infos, UNWRAPPED, also=(FLOOR, RAY)),
+        timing_table(f"small write (open, 4 KiB, close) to tmpfs, {writes} x {rounds} rounds",
+                     "CPU us/write", small, UNWRAPPED, also=(FLOOR, RAY)),
+    ]
 
 
-def rounds(fns: dict[str, Callable[[], float]], n: int) -> dict[str, list[float]]:
-    """Interleave the contenders round by round so that machine noise hits all alike."""
-    results: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(n):
-        for name, fn in fns.items():
-            results[name].append(fn())
-    return results
-
-
-def bench_get_file_info(fss: dict[str, pafs.FileSystem], calls: int, n: int) -> dict[str, float]:
-    fd, path = tempfile.mkstemp()
-    os.close(fd)
-
-    def timer(fs: pafs.FileSystem) -> Callable[[], float]:
-        def run() -> float:
-            started = time.perf_counter()
-            for _ in range(calls):
-                fs.get_file_info(path)
-            return (time.perf_counter() - started) / calls * 1e6
-        return run
-
-    try:
-        results = rounds({name: timer(fs) for name, fs in fss.items()}, n)
-    finally:
-        os.unlink(path)
-    return {name: statistics.median(values) for name, values in results.items()}
-
-
-def bench_copy_files(fss: dict[str, pafs.FileSystem], mib: int, n: int) -> dict[str, float]:
-    work = tempfile.mkdtemp(prefix="retryfs-bench-")
-    src = os.path.join(work, "src")
-    os.makedirs(os.path.join(src, "shards"))
-    big = mib * 3 // 4
-    with open(os.path.join(src, "model.pt"), "wb") as f:
-        f.write(os.urandom(big * 1024 * 1024))
-    small = (mib - big) * 1024 * 1024 // 32
-    for i in range(32):
-        with open(os.path.join(src, "shards", f"{i:02d}.bin"), "wb") as f:
-            f.write(os.urandom(small))
-
+def copy_local(tree: Tree, rounds: int) -> list[str]:
+    fss = four(pafs.LocalFileSystem())
+    # The source is read through a filesystem that is not equal to the destination for every
+    # contender alike, so that each copy goes through the destination's output streams.
     source_fs = pafs.SubTreeFileSystem("/", pafs.LocalFileSystem())
+    with scratch("copy") as work:
+        src = tree.make(os.path.join(work, "src"))
 
-    def timer(name: str, fs: pafs.FileSystem) -> Callable[[], float]:
-        def run() -> float:
-            dst = os.path.join(work, "dst-" + name.replace(" ", "_"))
-            started = time.perf_counter()
-            # A source filesystem that is not equal to the destination, so that copy_files
-            # streams the bytes through the destination's output streams for every contender
-            # (LocalFileSystem to itself would take a kernel-side file copy instead).
-            pafs.copy_files(src, dst, source_filesystem=source_fs, destination_filesystem=fs,
-                            use_threads=True, chunk_size=64 * 1024 * 1024)
-            elapsed = time.perf_counter() - started
-            shutil.rmtree(dst)
-            return elapsed
-        return run
+        def run_copy(name: str, fs: pafs.FileSystem) -> Callable[[], float]:
+            def run() -> float:
+                dst = os.path.join(work, "dst-" + name.replace(" ", "_"))
+                started = time.perf_counter()
+                pafs.copy_files(src, dst, source_filesystem=source_fs, destination_filesystem=fs,
+                                use_threads=True, chunk_size=64 << 20)
+                elapsed = time.perf_counter() - started
+                shutil.rmtree(dst)
+                return elapsed
+            return run
 
-    try:
-        results = rounds({name: timer(name, fs) for name, fs in fss.items()}, n)
-    finally:
-        shutil.rmtree(work)
-    return {name: statistics.median(values) for name, values in results.items()}
+        results = interleave({name: run_copy(name, fs) for name, fs in fss.items()}, rounds)
+    mib = tree.nbytes / (1 << 20)
+    throughput = {name: [mib / t for t in values] for name, values in results.items()}
+    return [timing_table(f"copy_files local -> local (tmpfs) of {tree.describe()}, "
+                         f"{rounds} rounds", "MiB/s", throughput, UNWRAPPED, digits=0,
+                         ratio_name="throughput ratio")]
 
 
-def table(title: str, unit: str, medians: dict[str, float]) -> str:
-    base = medians["pyarrow LocalFileSystem"]
-    lines = [title, f"{'filesystem':<32} {'median ' + unit:>14} {'ratio':>7}"]
-    for name, value in medians.items():
-        lines.append(f"{name:<32} {value:>14.2f} {value / base:>7.2f}")
-    return "\n".join(lines)
+def run(quick: bool) -> list[str]:
+    if quick:
+        return [*per_call(1000, 31), *copy_local(QUICK_TREE, 5)]
+    return [*per_call(2000, 101), *copy_local(FULL_TREE, 7)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=20000)
-    parser.add_argument("--mib", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    fss = filesystems()
-    print(table(f"get_file_info on a local file ({args.calls} calls x {args.rounds} rounds)",
-                "us/call", bench_get_file_info(fss, args.calls, args.rounds)))
-    print()
-    print(table(f"copy_files of {args.mib} MiB (1 big + 32 small files, threads) x {args.rounds}",
-                "s", bench_copy_files(fss, args.mib, args.rounds)))
+    print("\n\n".join(run(args.quick)))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,11 @@
 """What retryfs costs on a real S3 server with no faults: a checkpoint upload and download.
 
-Uploads a checkpoint-shaped directory (one big file over the multipart threshold, many small
-ones) with ``pyarrow.fs.copy_files`` to moto's S3 server on loopback (``S3FaultEndpoint`` with
-no faults), then downloads it, through:
-- pyarrow's native ``S3FileSystem`` (what Ray Train uses by default; ``use_threads=False`` as
-  Ray Train does for it),
-- ``retryfs.RetryingFileSystem`` around it (threads on, as Ray Train does for any other fs),
-- Ray Data's ``RetryingPyFileSystem`` around it (threads on).
-Contenders alternate round by round; medians and ratios to native are printed.
+``pyarrow.fs.copy_files`` of a checkpoint-shaped tree to moto's S3 on loopback
+(`S3FaultEndpoint` with no faults), then back to local disk, through pyarrow's native
+``S3FileSystem`` unwrapped, the ``ProxyHandler`` floor, Ray Data's wrapper and retryfs
+(threads on for all), in interleaved rounds.
 
-Usage: python benchmarks/bench_s3_upload.py [--mib 128] [--rounds 3]
+Usage: python -m benchmarks.bench_s3_upload [--quick]
 """
 
 from __future__ import annotations
@@ -17,80 +13,61 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
-import tempfile
 import time
 
 import pyarrow.fs as pafs
 
-import retryfs
+from benchmarks.common import UNWRAPPED, Tree, four, scratch, timing_table
 from retryfs.testing.s3 import S3FaultEndpoint
 
-
-def make_checkpoint(root: str, mib: int) -> None:
-    os.makedirs(os.path.join(root, "shards"))
-    big = mib * 3 // 4
-    with open(os.path.join(root, "model.pt"), "wb") as f:
-        f.write(os.urandom(big << 20))
-    small = ((mib - big) << 20) // 32
-    for i in range(32):
-        with open(os.path.join(root, "shards", f"{i:02d}.bin"), "wb") as f:
-            f.write(os.urandom(small))
+QUICK_TREE = Tree(big_files=1, big_mib=16, small_files=20, small_kib=64)
+FULL_TREE = Tree(big_files=3, big_mib=128, small_files=300, small_kib=64)
 
 
-def contenders(native: pafs.S3FileSystem) -> dict[str, tuple[pafs.FileSystem, bool]]:
-    found = {
-        "pyarrow S3FileSystem": (native, False),
-        "retryfs": (retryfs.RetryingFileSystem(native), True),
-    }
-    try:
-        from ray.data._internal.util import RetryingPyFileSystem
+def upload_download(tree: Tree, rounds: int) -> list[str]:
+    with scratch("s3") as work, S3FaultEndpoint() as endpoint:
+        src = tree.make(os.path.join(work, "ckpt"))
+        endpoint.create_bucket("bench-s3")
+        native = endpoint.pyarrow_fs(max_attempts=3)  # pyarrow's default schedule
+        fss = four(native)
+        up: dict[str, list[float]] = {name: [] for name in fss}
+        down: dict[str, list[float]] = {name: [] for name in fss}
+        for round_no in range(rounds + 1):  # round 0 warms up and is not counted
+            for name, fs in fss.items():
+                dest = f"bench-s3/{name.replace(' ', '_')}/{round_no}"
+                started = time.perf_counter()
+                pafs.copy_files(src, dest, destination_filesystem=fs, use_threads=True,
+                                chunk_size=64 << 20)
+                uploaded = time.perf_counter() - started
+                local = os.path.join(work, "down")
+                started = time.perf_counter()
+                pafs.copy_files(dest, local, source_filesystem=fs, use_threads=True,
+                                chunk_size=64 << 20)
+                downloaded = time.perf_counter() - started
+                shutil.rmtree(local)
+                native.delete_dir(dest)
+                endpoint.reset_record()
+                if round_no:
+                    up[name].append(tree.nbytes / (1 << 20) / uploaded)
+                    down[name].append(tree.nbytes / (1 << 20) / downloaded)
+    what = f"{tree.describe()}, moto S3 on loopback, {rounds} rounds"
+    return [
+        timing_table(f"copy_files local -> S3 of {what}", "MiB/s", up, UNWRAPPED, digits=1,
+                     ratio_name="throughput ratio"),
+        timing_table(f"copy_files S3 -> local (download) of {what}", "MiB/s", down, UNWRAPPED,
+                     digits=1, ratio_name="throughput ratio"),
+    ]
 
-        found["Ray Data RetryingPyFileSystem"] = (
-            RetryingPyFileSystem.wrap(native, retryable_errors=["AWS Error"]), True)
-    except ImportError:
-        pass
-    return found
+
+def run(quick: bool) -> list[str]:
+    return upload_download(QUICK_TREE, 3) if quick else upload_download(FULL_TREE, 5)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    work = tempfile.mkdtemp(prefix="retryfs-bench-s3-")
-    src = os.path.join(work, "ckpt")
-    make_checkpoint(src, args.mib)
-    up: dict[str, list[float]] = {}
-    down: dict[str, list[float]] = {}
-    try:
-        with S3FaultEndpoint() as endpoint:
-            endpoint.create_bucket("bench")
-            native = endpoint.pyarrow_fs(max_attempts=3)
-            for round_no in range(args.rounds):
-                for name, (fs, threads) in contenders(native).items():
-                    dest = f"bench/{name.replace(' ', '_')}/{round_no}"
-                    started = time.perf_counter()
-                    pafs.copy_files(src, dest, destination_filesystem=fs, use_threads=threads,
-                                    chunk_size=64 << 20)
-                    up.setdefault(name, []).append(time.perf_counter() - started)
-                    local = os.path.join(work, "down")
-                    started = time.perf_counter()
-                    pafs.copy_files(dest, local, source_filesystem=fs, use_threads=True,
-                                    chunk_size=64 << 20)
-                    down.setdefault(name, []).append(time.perf_counter() - started)
-                    shutil.rmtree(local)
-                    native.delete_dir(dest)
-    finally:
-        shutil.rmtree(work)
-    base_up = statistics.median(up["pyarrow S3FileSystem"])
-    base_down = statistics.median(down["pyarrow S3FileSystem"])
-    print(f"copy_files of a {args.mib} MiB checkpoint to/from moto S3 on loopback, "
-          f"{args.rounds} rounds, medians")
-    print(f"{'filesystem':<32} {'upload s':>9} {'ratio':>6} {'download s':>11} {'ratio':>6}")
-    for name in up:
-        u, d = statistics.median(up[name]), statistics.median(down[name])
-        print(f"{name:<32} {u:>9.2f} {u / base_up:>6.2f} {d:>11.2f} {d / base_down:>6.2f}")
+    print("\n\n".join(run(args.quick)))
 
 
 if __name__ == "__main__":

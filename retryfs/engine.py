@@ -243,11 +243,22 @@ class Retrier:
         except Exception as exc:  # noqa: BLE001 - every failure is classified
             first_error = exc
         else:
-            self._succeeded(operation, 1, 0)
+            self.first_try_succeeded(operation)
             return result
         # Retried outside the except block: a later attempt's error must not get this one as
         # its __context__ (classification walks the context; a throttle would stick).
-        return self._retry(operation, path, fn, args, kwargs, first_error, reconcile, started)
+        return self.recover(operation, path, fn, args, kwargs, first_error, reconcile, started)
+
+    def first_try_succeeded(self, operation: str) -> None:
+        """The happy path's bookkeeping: one counter (and budget tokens back unless full).
+
+        For callers that make the first attempt themselves (a face's fast path) and call
+        :meth:`recover` when it fails.
+        """
+        self.stats.record_first_try(operation)
+        budget = self.budget
+        if budget is not None and budget.available < budget.capacity:
+            budget.release(budget.config.success_refund)
 
     def decide(self, operation: str, path: str, error: BaseException, attempt: int,
                started: float) -> tuple[float | None, bool]:
@@ -312,9 +323,13 @@ class Retrier:
             # (release() returns at once, without a lock, while the bucket is full)
             budget.release(last_cost if attempts > 1 else budget.config.success_refund)
 
-    def _retry(self, operation: str, path: str, fn: Callable[..., T], args: tuple[Any, ...],
-               kwargs: dict[str, Any], error: Exception,
-               reconcile: Callable[[BaseException], bool] | None, started: float) -> T:
+    def recover(self, operation: str, path: str, fn: Callable[..., T], args: tuple[Any, ...],
+                kwargs: dict[str, Any], error: Exception,
+                reconcile: Callable[[BaseException], bool] | None, started: float) -> T:
+        """Go on after a first attempt ``fn(*args, **kwargs)``, begun at ``started`` on this
+        retrier's clock, failed with ``error``. Call it outside the ``except`` block that
+        caught ``error``.
+        """
         end = self._end(self.policy_for(operation), started)
         # The retries' nested calls (a reopen, a replay) give up by the same end.
         token = None if end is None else _operation_end.set((self.clock, end))

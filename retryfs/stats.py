@@ -161,9 +161,10 @@ def _short(error: BaseException, limit: int = 200) -> str:
 
 
 class _Counters:
-    __slots__ = (*COUNTERS, "errors")
+    __slots__ = (*COUNTERS, "errors", "first_tries")
 
     def __init__(self) -> None:
+        self.first_tries = 0  # calls that returned on their first attempt (the happy path)
         self.calls = self.attempts = self.retries = self.giveups = self.recovered = 0
         self.sleep_seconds = 0.0
         self.bytes_replayed = self.throttled = self.timeouts = self.budget_exhausted = 0
@@ -171,6 +172,8 @@ class _Counters:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
+        out["calls"] += self.first_tries
+        out["attempts"] += self.first_tries
         out["errors"] = {cls: counts[0] for cls, counts in self.errors.items() if counts[0]}
         out["by_error"] = {cls: {"retries": counts[0], "giveups": counts[1]}
                            for cls, counts in self.errors.items()}
@@ -251,6 +254,14 @@ class RetryStats:
         if counters is None:
             counters = self._by_op[operation] = _Counters()
         return counters
+
+    def record_first_try(self, operation: str) -> None:
+        """A call that returned on its first attempt: the happy path's one counter."""
+        with self._lock:
+            counters = self._by_op.get(operation)
+            if counters is None:
+                counters = self._by_op[operation] = _Counters()
+            counters.first_tries += 1
 
     def record_success(self, operation: str, attempts: int) -> None:
         """A call that returned after ``attempts`` attempts (its retries were counted live)."""
