@@ -1,0 +1,29 @@
+"""`make bench-quick`'s code runs: one tiny section, its table and its ratios (not timings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import bench_overhead, run
+from benchmarks.common import FLOOR, RAY, RETRYFS, UNWRAPPED, Figure, ratios
+
+
+def test_per_call_table_names_every_contender_and_its_ratio_to_the_floor():
+    get_file_info, small_write = bench_overhead.per_call(calls=20, rounds=4)
+    for name in (UNWRAPPED, FLOOR, RETRYFS):
+        assert name in get_file_info and name in small_write
+    assert f"vs {FLOOR}" in get_file_info.splitlines()[1]
+    assert RAY in get_file_info  # Ray Data is a test dependency
+
+
+def test_ratios_are_per_round_against_the_same_round():
+    # rounds 2x slower for the baseline alike: the ratio stays exactly 2
+    figures = ratios({"base": [1.0, 2.0, 4.0, 8.0], "other": [2.0, 4.0, 8.0, 16.0]}, "base")
+    assert figures["other"] == Figure(2.0, 2.0, 2.0)
+
+
+def test_unknown_section_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit:
+        run.main(["--only", "nope"])
+    assert exit.value.code == 2
+    assert "unknown section" in capsys.readouterr().err
