@@ -31,7 +31,7 @@ from benchmarks.common import (
     timing_table,
 )
 
-QUICK_TREE = Tree(big_files=1, big_mib=32, small_files=100, small_kib=64)
+QUICK_TREE = Tree(big_files=1, big_mib=16, small_files=50, small_kib=64)
 FULL_TREE = Tree(big_files=3, big_mib=128, small_files=300, small_kib=64)
 
 
@@ -103,7 +103,7 @@ def copy_local(tree: Tree, rounds: int) -> list[str]:
 
 def run(quick: bool) -> list[str]:
     if quick:
-        return [*per_call(1000, 31), *copy_local(QUICK_TREE, 5)]
+        return [*per_call(1000, 21), *copy_local(QUICK_TREE, 3)]
     return [*per_call(2000, 101), *copy_local(FULL_TREE, 7)]
 
 

@@ -20,7 +20,7 @@ import pyarrow.fs as pafs
 from benchmarks.common import UNWRAPPED, Tree, four, scratch, timing_table
 from retryfs.testing.s3 import S3FaultEndpoint
 
-QUICK_TREE = Tree(big_files=1, big_mib=16, small_files=20, small_kib=64)
+QUICK_TREE = Tree(big_files=1, big_mib=12, small_files=10, small_kib=64)
 FULL_TREE = Tree(big_files=3, big_mib=128, small_files=300, small_kib=64)
 
 
@@ -60,7 +60,7 @@ def upload_download(tree: Tree, rounds: int) -> list[str]:
 
 
 def run(quick: bool) -> list[str]:
-    return upload_download(QUICK_TREE, 3) if quick else upload_download(FULL_TREE, 5)
+    return upload_download(QUICK_TREE, 2) if quick else upload_download(FULL_TREE, 5)
 
 
 def main() -> None:

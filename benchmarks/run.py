@@ -19,11 +19,14 @@ from collections.abc import Callable
 
 import pyarrow
 
-from benchmarks import bench_overhead, bench_s3_upload
+from benchmarks import bench_faults, bench_granularity, bench_large, bench_overhead, bench_s3_upload
 
 SECTIONS: dict[str, Callable[[bool], list[str]]] = {
     "overhead": bench_overhead.run,
     "s3": bench_s3_upload.run,
+    "faults": bench_faults.run,
+    "granularity": bench_granularity.run,
+    "large": bench_large.run,
 }
 
 

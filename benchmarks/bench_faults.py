@@ -1,0 +1,251 @@
+"""A checkpoint upload and download under faults, through every client a user would pick.
+
+On `S3FaultEndpoint` (moto's S3 on loopback), a seeded 1 % and 5 % of all requests fail, half
+with a connection reset, half with 503 SlowDown. Each client uploads a checkpoint-shaped tree
+and downloads it again; a trial completes when every object is stored and read back
+byte-identical. Per client and fault rate: the completion rate over the trials, the bytes the
+client sent per byte stored, the bytes the server sent per byte downloaded, and the time
+against the same client's fault-free run. Clients, each with its own retries as shipped:
+
+- retryfs over pyarrow's ``S3FileSystem`` (its SDK retries off: one retry layer);
+- pyarrow's ``S3FileSystem`` alone (AWS standard retry strategy, 3 attempts: its default);
+- s3fs (5 attempts of its own loop over botocore's 5: their defaults);
+- Ray Data's ``RetryingPyFileSystem`` over pyarrow's ``S3FileSystem`` (3 SDK attempts);
+- obstore (Rust ``object_store``; ``RetryConfig`` at its defaults: 10 retries, 100 ms to 15 s).
+
+Usage: python -m benchmarks.bench_faults [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pyarrow.fs as pafs
+
+import retryfs
+from benchmarks.common import Tree, ray_wrapper, scratch, table
+from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault, S3FaultEndpoint
+
+BUCKET = "bench-faults"
+QUICK_TREE = Tree(big_files=1, big_mib=12, small_files=10, small_kib=64)
+FULL_TREE = Tree(big_files=1, big_mib=128, small_files=200, small_kib=64)
+
+
+@dataclass
+class Client:
+    name: str
+    upload: Callable[[str, str], None]  # local directory -> "bucket/prefix"
+    download: Callable[[str, str], None]  # "bucket/prefix" -> local directory
+
+
+def _files(root: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, names in os.walk(root) for f in names)
+
+
+def _arrow_client(name: str, fs: pafs.FileSystem) -> Client:
+    def upload(src: str, dest: str) -> None:
+        pafs.copy_files(src, dest, destination_filesystem=fs, use_threads=True)
+
+    def download(src: str, dest: str) -> None:
+        pafs.copy_files(src, dest, source_filesystem=fs, use_threads=True)
+
+    return Client(name, upload, download)
+
+
+def _s3fs_client(endpoint: S3FaultEndpoint) -> Client:
+    fs = endpoint.s3fs(max_attempts=5)
+
+    def upload(src: str, dest: str) -> None:
+        names = _files(src)
+        fs.put([os.path.join(src, n) for n in names], [f"{dest}/{n}" for n in names])
+
+    def download(src: str, dest: str) -> None:
+        keys = sorted(fs.find(src))
+        locals_ = [os.path.join(dest, os.path.relpath(k, src)) for k in keys]
+        for path in locals_:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        fs.get(keys, locals_)
+
+    return Client("s3fs (own retries)", upload, download)
+
+
+def _obstore_client(endpoint: S3FaultEndpoint) -> Client | None:
+    try:
+        import obstore
+        from obstore.store import S3Store
+    except ImportError:
+        return None
+    store = S3Store(
+        BUCKET, endpoint=endpoint.url, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
+        region=endpoint.region, client_options={"allow_http": True},
+        retry_config={"max_retries": 10, "backoff": {
+            "init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=15),
+            "base": 2}})
+
+    def key_of(path: str) -> str:
+        return path.split("/", 1)[1]  # "bucket/prefix/..." -> "prefix/..."
+
+    def upload(src: str, dest: str) -> None:
+        def put(name: str) -> None:
+            with open(os.path.join(src, name), "rb") as f:
+                obstore.put(store, f"{key_of(dest)}/{name}", f)
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(put, _files(src)))
+
+    def download(src: str, dest: str) -> None:
+        prefix = key_of(src)
+        keys = [meta["path"] for batch in obstore.list(store, prefix=prefix) for meta in batch]
+
+        def get(key: str) -> None:
+            path = os.path.join(dest, os.path.relpath(key, prefix))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                for chunk in obstore.get(store, key).stream():
+                    f.write(chunk)
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(get, keys))
+
+    return Client("obstore (own RetryConfig)", upload, download)
+
+
+def clients(endpoint: S3FaultEndpoint) -> list[Client]:
+    found = [
+        _arrow_client("retryfs", retryfs.RetryingFileSystem(endpoint.pyarrow_fs(max_attempts=1))),
+        _arrow_client("pyarrow S3 (own retries)", endpoint.pyarrow_fs(max_attempts=3)),
+        _s3fs_client(endpoint),
+    ]
+    ray = ray_wrapper(endpoint.pyarrow_fs(max_attempts=3))
+    if ray is not None:
+        found.append(_arrow_client("Ray Data wrapper", ray))
+    obs = _obstore_client(endpoint)
+    if obs is not None:
+        found.append(obs)
+    return found
+
+
+@dataclass
+class Trial:
+    completed: bool
+    sent_per_stored: float  # request body bytes of the upload / bytes of the tree
+    served_per_read: float  # response body bytes of the download / bytes of the tree
+    seconds: float
+    faults: int
+    error: str = ""
+
+
+def _digests(root: str) -> dict[str, str]:
+    out = {}
+    for name in _files(root):
+        with open(os.path.join(root, name), "rb") as f:
+            out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def trial(endpoint: S3FaultEndpoint, client: Client, src: str, want: dict[str, str],
+          work: str, rate: float, seed: int) -> Trial:
+    endpoint.reset()
+    endpoint.create_bucket(BUCKET)
+    if rate:
+        endpoint.add_fault(S3Fault.reset(probability=rate / 2, seed=seed))
+        endpoint.add_fault(S3Fault.slow_down(probability=rate / 2, seed=seed + 7919))
+    nbytes = sum(os.path.getsize(os.path.join(src, n)) for n in want)
+    dest = f"{BUCKET}/ckpt"
+    local = os.path.join(work, "down")
+    started = time.perf_counter()
+    error = ""
+    sent = served = 0.0
+    try:
+        client.upload(src, dest)
+        sent = sum(r.request_bytes for r in endpoint.requests())
+        endpoint.reset_record()
+        stored = {name: hashlib.sha256(endpoint.get_object(BUCKET, f"ckpt/{name}")).hexdigest()
+                  for name in want}
+        if stored != want:
+            raise AssertionError("stored objects differ from the source")
+        client.download(dest, local)
+        served = sum(r.response_bytes for r in endpoint.requests(method="GET"))
+        if _digests(local) != want:
+            raise AssertionError("downloaded files differ from the source")
+    except Exception as exc:  # noqa: BLE001 - a failed trial is a result
+        error = f"{type(exc).__name__}: {str(exc)[:80]}"
+    seconds = time.perf_counter() - started
+    faults = sum(endpoint.fired(f) for f in endpoint.faults)
+    shutil.rmtree(local, ignore_errors=True)
+    return Trial(not error, sent / nbytes, served / nbytes, seconds, faults, error)
+
+
+def under_faults(tree: Tree, rates: tuple[float, ...], trials: int) -> list[str]:
+    rows = []
+    failures = []
+    logging.getLogger("retryfs").setLevel(logging.ERROR)  # each retry is a warning line
+    with scratch("faults") as work, S3FaultEndpoint() as endpoint:
+        src = tree.make(os.path.join(work, "ckpt"))
+        want = _digests(src)
+        for client in clients(endpoint):
+            clean = [trial(endpoint, client, src, want, work, 0.0, 0)
+                     for _ in range(1 if trials == 1 else 2)]
+            base = statistics.median(t.seconds for t in clean)
+            rows.append([client.name, "0%", f"{sum(t.completed for t in clean)}/{len(clean)}",
+                         "0", f"{statistics.median(t.sent_per_stored for t in clean):.2f}",
+                         f"{statistics.median(t.served_per_read for t in clean):.2f}",
+                         f"{base:.1f} s"])
+            for rate in rates:
+                done = [trial(endpoint, client, src, want, work, rate, seed)
+                        for seed in range(1, trials + 1)]
+                ok = [t for t in done if t.completed]
+                failures += [f"{client.name} at {rate:.0%}: {t.error}" for t in done if t.error]
+
+                def spread(values: list[float], digits: int = 2) -> str:
+                    if not values:
+                        return "-"
+                    med = statistics.median(values)
+                    if len(values) == 1:
+                        return f"{med:.{digits}f}"
+                    return f"{med:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+                rows.append([
+                    client.name, f"{rate:.0%}", f"{len(ok)}/{len(done)}",
+                    spread([float(t.faults) for t in done], 0),
+                    spread([t.sent_per_stored for t in ok]),
+                    spread([t.served_per_read for t in ok]),
+                    spread([t.seconds / base for t in ok]) + " x",
+                ])
+    logging.getLogger("retryfs").setLevel(logging.NOTSET)
+    title = (f"upload + download of {tree.describe()} on moto S3 with a seeded share of all "
+             f"requests failing (half resets, half 503 SlowDown), {trials} trial(s) per rate; "
+             "median (range) of the completed trials")
+    lines = [table(title, ["client", "faults", "completed", "faults fired", "sent/stored",
+                           "served/read", "time vs fault-free"], rows)]
+    if failures:
+        lines.append("failed trials:\n" + "\n".join(f"  {f}" for f in failures))
+    return ["\n".join(lines)]
+
+
+def run(quick: bool) -> list[str]:
+    if quick:
+        return under_faults(QUICK_TREE, (0.01, 0.05), 1)
+    return under_faults(FULL_TREE, (0.01, 0.05), 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print("\n\n".join(run(args.quick)))
+
+
+if __name__ == "__main__":
+    main()

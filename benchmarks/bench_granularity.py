@@ -1,0 +1,191 @@
+"""What one fault costs: the requests and bytes it makes retryfs send again (issue 13's rows).
+
+On `S3FaultEndpoint` through retryfs over pyarrow's ``S3FileSystem`` with its SDK retries off
+(one retry layer), counted from the endpoint's record of every request:
+
+- one failed UploadPart (part 14 of 16) of a 160 MiB upload: UploadPart requests, part bytes sent
+  per byte stored, and retryfs's own ``bytes_replayed``;
+- a seeded 2 % of UploadPart requests failing on a 320 MiB upload (several seeds);
+- a 1 GiB upload with 1 % of UploadPart requests failing (full run only);
+- one connection cut at 56 MiB of a 64 MiB GET read through ``open_input_stream`` (the path of
+  ``copy_files``, Ray's restore, ``retryfs cat``), and a seeded 5 % of GETs cut halfway: bytes
+  the server sent per byte read;
+- one 503 on the HEAD that verifies a complete 24 MiB upload: commits and bytes sent again.
+
+Backoff sleeps are skipped (`retryfs.no_sleep`): these are counts, not timings. The quick
+run scales the objects down by 8.
+
+Usage: python -m benchmarks.bench_granularity [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import statistics
+from dataclasses import dataclass
+
+import retryfs
+from benchmarks.common import MiB, table
+from retryfs.testing.s3 import PYARROW_PART_SIZE, S3Fault, S3FaultEndpoint
+
+BUCKET = "bench-granularity"
+PART = PYARROW_PART_SIZE
+
+
+@dataclass
+class Upload:
+    completed: bool
+    parts_sent: int
+    part_bytes: int
+    commits: int
+    replayed: int
+    faults: int
+
+
+def _retrying(endpoint: S3FaultEndpoint) -> retryfs.RetryingFileSystem:
+    return retryfs.RetryingFileSystem(endpoint.pyarrow_fs(max_attempts=1))
+
+
+def _payload(nbytes: int) -> bytes:
+    return os.urandom(MiB) * (nbytes // MiB) + os.urandom(nbytes % MiB)
+
+
+def upload(endpoint: S3FaultEndpoint, nbytes: int, *faults: S3Fault) -> Upload:
+    """Write ``nbytes`` through retryfs in 1 MiB writes under ``faults``; count what was sent."""
+    endpoint.reset()
+    endpoint.create_bucket(BUCKET)
+    for fault in faults:
+        endpoint.add_fault(fault)
+    fs = _retrying(endpoint)
+    data = _payload(nbytes)
+    completed = True
+    try:
+        with retryfs.no_sleep(), fs.open_output_stream(f"{BUCKET}/object") as out:
+            view = memoryview(data)
+            for offset in range(0, nbytes, MiB):
+                out.write(view[offset:offset + MiB])
+        stored = endpoint.get_object(BUCKET, "object")
+        completed = hashlib.sha256(stored).digest() == hashlib.sha256(data).digest()
+    except Exception:  # noqa: BLE001 - an upload that gave up is a result
+        completed = False
+    parts = endpoint.requests("UploadPart") + endpoint.requests("PutObject")
+    commits = len([r for r in endpoint.requests("CompleteMultipartUpload") if r.status == 200])
+    commits += len([r for r in endpoint.requests("PutObject") if r.status == 200])
+    return Upload(completed, len(parts), sum(r.request_bytes for r in parts), commits,
+                  fs.stats.snapshot()["bytes_replayed"],
+                  sum(endpoint.fired(f) for f in faults))
+
+
+@dataclass
+class Read:
+    completed: bool
+    served: int
+    gets: int
+    faults: int
+
+
+def read(endpoint: S3FaultEndpoint, nbytes: int, chunk: int, *faults: S3Fault) -> Read:
+    """Read an ``nbytes`` object through retryfs's ``open_input_stream`` in ``chunk`` reads."""
+    endpoint.reset()
+    endpoint.create_bucket(BUCKET)
+    data = _payload(nbytes)
+    endpoint.put_object(BUCKET, "object", data)
+    for fault in faults:
+        endpoint.add_fault(fault)
+    fs = _retrying(endpoint)
+    got = bytearray()
+    try:
+        with retryfs.no_sleep(), fs.open_input_stream(f"{BUCKET}/object") as stream:
+            while block := stream.read(chunk):
+                got += block
+        completed = bytes(got) == data
+    except Exception:  # noqa: BLE001
+        completed = False
+    gets = endpoint.requests("GetObject")
+    return Read(completed, sum(r.response_bytes for r in gets), len(gets),
+                sum(endpoint.fired(f) for f in faults))
+
+
+def _spread(values: list[float], digits: int = 2) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return (f"{statistics.median(values):.{digits}f} "
+            f"({min(values):.{digits}f}-{max(values):.{digits}f})")
+
+
+def cost_of_faults(scale: int, seeds: int, big: bool) -> list[str]:
+    """``scale`` divides the objects' sizes (1: the issue's sizes)."""
+    rows: list[list[str]] = []
+    logging.getLogger("retryfs").setLevel(logging.CRITICAL)
+    with S3FaultEndpoint() as endpoint:
+        parts = 16 // scale
+        failed = max(1, 14 // scale)
+        one = upload(endpoint, parts * PART,
+                     S3Fault.internal_error(op="UploadPart", nth=failed))
+        rows.append([f"one failed UploadPart (part {failed} of {parts}) of a "
+                     f"{parts * PART // MiB} MiB upload",
+                     f"{one.completed}", f"{one.faults}",
+                     f"{one.parts_sent} UploadPart for {parts} parts",
+                     f"{one.part_bytes / (parts * PART):.2f}",
+                     f"{one.replayed / MiB:.0f} MiB replayed, {one.commits} commit(s)"])
+        for nparts, rate, label in ((32 // scale, 0.02, "2 %"),
+                                    *(((102, 0.01, "1 %"),) if big else ())):
+            runs = [upload(endpoint, nparts * PART,
+                           S3Fault.internal_error(op="UploadPart", probability=rate, seed=seed))
+                    for seed in range(1, seeds + 1)]
+            rows.append([f"{label} of UploadPart failing on a {nparts * PART // MiB} MiB upload "
+                         f"({seeds} seeds)",
+                         f"{sum(r.completed for r in runs)}/{seeds}",
+                         _spread([float(r.faults) for r in runs], 0),
+                         _spread([float(r.parts_sent) for r in runs], 0) + " UploadPart",
+                         _spread([r.part_bytes / (nparts * PART) for r in runs]),
+                         _spread([r.replayed / MiB for r in runs], 0) + " MiB replayed"])
+        size = 64 * MiB // scale
+        cut = 56 * MiB // scale
+        resumed = read(endpoint, size, size,
+                       S3Fault.truncate(keep_bytes=cut, op="GetObject", nth=1))
+        rows.append([f"one cut at {cut // MiB} MiB reading a {size // MiB} MiB object "
+                     "(open_input_stream, one read)", f"{resumed.completed}", f"{resumed.faults}",
+                     f"{resumed.gets} GetObject", f"{resumed.served / size:.2f}",
+                     "server bytes per byte read"])
+        runs = [read(endpoint, size, 8 * MiB // scale,
+                     S3Fault.truncate(op="GetObject", probability=0.05, seed=seed))
+                for seed in range(1, seeds + 1)]
+        rows.append([f"5 % of GETs cut halfway reading a {size // MiB} MiB object "
+                     f"in {8 // scale or 1} MiB reads ({seeds} seeds)",
+                     f"{sum(r.completed for r in runs)}/{seeds}",
+                     _spread([float(r.faults) for r in runs], 0),
+                     _spread([float(r.gets) for r in runs], 0) + " GetObject",
+                     _spread([r.served / size for r in runs]), "server bytes per byte read"])
+        size = 24 * MiB // scale
+        verify = upload(endpoint, size, S3Fault.service_unavailable(
+            op="HeadObject", path=f"{BUCKET}/object", nth=1))
+        rows.append([f"one 503 on the verification HEAD of a complete {size // MiB} MiB upload",
+                     f"{verify.completed}", f"{verify.faults}",
+                     f"{verify.commits} commit(s), {verify.parts_sent} UploadPart",
+                     f"{verify.part_bytes / size:.2f}",
+                     f"{verify.replayed / MiB:.0f} MiB replayed"])
+    logging.getLogger("retryfs").setLevel(logging.NOTSET)
+    return [table("what one fault costs through retryfs over pyarrow S3 (one retry layer), "
+                  "counted on the fault endpoint",
+                  ["case", "completed", "faults fired", "requests", "sent/stored", "notes"],
+                  rows)]
+
+
+def run(quick: bool) -> list[str]:
+    return cost_of_faults(8, 2, big=False) if quick else cost_of_faults(1, 5, big=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print("\n\n".join(run(args.quick)))
+
+
+if __name__ == "__main__":
+    main()
+
