@@ -35,7 +35,7 @@ from benchmarks.common import (
     table,
     timing_table,
 )
-from benchmarks.seaweed import seaweed_s3, weed_binary
+from benchmarks.seaweed import SeaweedS3, seaweed_s3, weed_binary
 
 BUCKET = "bench-large"
 
@@ -48,69 +48,70 @@ def _big_file(path: str, nbytes: int) -> str:
     return path
 
 
-def large_objects(sizes: list[tuple[int, bool]]) -> list[str]:
+def large_objects(server: SeaweedS3, work: str, sizes: list[tuple[int, bool]]) -> list[str]:
     """``sizes``: (bytes, all four contenders or only unwrapped and retryfs)."""
     tables = []
-    with scratch("large", root=tempfile.gettempdir()) as work, seaweed_s3(work) as server:
-        native = server.pyarrow_fs()
-        native.create_dir(BUCKET)
-        for nbytes, everyone in sizes:
-            src = _big_file(os.path.join(work, "object.bin"), nbytes)
-            fss = four(native)
-            if not everyone:
-                fss = {name: fs for name, fs in fss.items() if name in (UNWRAPPED, RETRYFS)}
-            up: dict[str, list[float]] = {}
-            down: dict[str, list[float]] = {}
-            for name, fs in fss.items():
-                dest = f"{BUCKET}/{name.replace(' ', '_')}.bin"
-                started = time.perf_counter()
-                pafs.copy_files(src, dest, destination_filesystem=fs)
-                up[name] = [nbytes / MiB / (time.perf_counter() - started)]
-                back = os.path.join(work, "back.bin")
-                started = time.perf_counter()
-                pafs.copy_files(dest, back, source_filesystem=fs)
-                down[name] = [nbytes / MiB / (time.perf_counter() - started)]
-                if os.path.getsize(back) != nbytes:
-                    raise AssertionError(f"{name}: downloaded {os.path.getsize(back)} bytes")
-                os.remove(back)
-                native.delete_file(dest)
-            os.remove(src)
-            what = f"one {nbytes / (1 << 30):g} GiB object, SeaweedFS S3 on loopback, one round"
-            tables.append(timing_table(f"copy_files local -> S3 of {what}", "MiB/s", up,
-                                       UNWRAPPED, digits=0, ratio_name="throughput ratio"))
-            tables.append(timing_table(f"copy_files S3 -> local of {what}", "MiB/s", down,
-                                       UNWRAPPED, digits=0, ratio_name="throughput ratio"))
+    native = server.pyarrow_fs()
+    for nbytes, everyone in sizes:
+        src = _big_file(os.path.join(work, "object.bin"), nbytes)
+        fss = four(native)
+        if not everyone:
+            fss = {name: fs for name, fs in fss.items() if name in (UNWRAPPED, RETRYFS)}
+        up: dict[str, list[float]] = {}
+        down: dict[str, list[float]] = {}
+        for name, fs in fss.items():
+            dest = f"{BUCKET}/{name.replace(' ', '_')}.bin"
+            started = time.perf_counter()
+            pafs.copy_files(src, dest, destination_filesystem=fs)
+            up[name] = [nbytes / MiB / (time.perf_counter() - started)]
+            back = os.path.join(work, "back.bin")
+            started = time.perf_counter()
+            pafs.copy_files(dest, back, source_filesystem=fs)
+            down[name] = [nbytes / MiB / (time.perf_counter() - started)]
+            if os.path.getsize(back) != nbytes:
+                raise AssertionError(f"{name}: downloaded {os.path.getsize(back)} bytes")
+            os.remove(back)
+            native.delete_file(dest)
+        os.remove(src)
+        what = f"one {nbytes / (1 << 30):g} GiB object, SeaweedFS S3 on loopback, one round"
+        tables.append(timing_table(f"copy_files local -> S3 of {what}", "MiB/s", up,
+                                   UNWRAPPED, digits=0, ratio_name="throughput ratio"))
+        tables.append(timing_table(f"copy_files S3 -> local of {what}", "MiB/s", down,
+                                   UNWRAPPED, digits=0, ratio_name="throughput ratio"))
     return tables
 
 
+# The peak is the process's VmHWM (ru_maxrss would carry the parent's peak across fork+exec).
 _RSS_CHILD = """
-import resource, sys, pyarrow.fs as pafs, retryfs
+import sys, pyarrow.fs as pafs, retryfs
 from benchmarks.seaweed import SeaweedS3
+def peak():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
 contender, endpoint, src, dest = sys.argv[1:]
 native = SeaweedS3(endpoint).pyarrow_fs()
 fs = native if contender == "unwrapped" else retryfs.RetryingFileSystem(native)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak()
 pafs.copy_files(src, dest, destination_filesystem=fs)
-print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(before, peak())
 """
 
 
-def peak_rss(nbytes: int, rounds: int) -> list[str]:
+def peak_rss(server: SeaweedS3, work: str, nbytes: int, rounds: int) -> list[str]:
     peaks: dict[str, list[float]] = {UNWRAPPED: [], RETRYFS: []}
-    with scratch("rss", root=tempfile.gettempdir()) as work, seaweed_s3(work) as server:
-        native = server.pyarrow_fs()
-        native.create_dir(BUCKET)
-        src = _big_file(os.path.join(work, "object.bin"), nbytes)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p))
-        for round_no in range(rounds):
-            for contender in peaks:
-                dest = f"{BUCKET}/{contender}-{round_no}.bin"
-                out = subprocess.run(
-                    [sys.executable, "-c", _RSS_CHILD, contender, server.endpoint, src, dest],
-                    check=True, capture_output=True, text=True, env=env).stdout.split()
-                peaks[contender].append(int(out[-1]) / 1024)  # ru_maxrss is in KiB on Linux
-                native.delete_file(dest)
+    native = server.pyarrow_fs()
+    src = _big_file(os.path.join(work, "object.bin"), nbytes)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p))
+    for round_no in range(rounds):
+        for contender in peaks:
+            dest = f"{BUCKET}/{contender}-{round_no}.bin"
+            out = subprocess.run(
+                [sys.executable, "-c", _RSS_CHILD, contender, server.endpoint, src, dest],
+                check=True, capture_output=True, text=True, env=env).stdout.split()
+            peaks[contender].append(float(out[-1]))
+            native.delete_file(dest)
+    os.remove(src)
     base = sorted(peaks[UNWRAPPED])[len(peaks[UNWRAPPED]) // 2]
     rows = [[name, f"{min(values):.0f}-{max(values):.0f}",
              f"{sorted(values)[len(values) // 2] - base:+.0f}"] for name, values in peaks.items()]
@@ -158,12 +159,14 @@ def per_file_cost(counts: list[int], rounds: int) -> list[str]:
 def run(quick: bool) -> list[str]:
     tables: list[str] = []
     if weed_binary() is not None:
-        if quick:
-            tables += large_objects([(64 * MiB, True)])
-            tables += peak_rss(64 * MiB, 1)
-        else:
-            tables += large_objects([(1 << 30, True), (4 << 30, False)])
-            tables += peak_rss(1 << 30, 2)
+        with scratch("large", root=tempfile.gettempdir()) as work, seaweed_s3(work) as server:
+            server.pyarrow_fs().create_dir(BUCKET)
+            if quick:
+                tables += large_objects(server, work, [(64 * MiB, True)])
+                tables += peak_rss(server, work, 256 * MiB, 1)
+            else:
+                tables += large_objects(server, work, [(1 << 30, True), (4 << 30, False)])
+                tables += peak_rss(server, work, 1 << 30, 2)
     else:
         tables.append("(SeaweedFS's weed is not installed: large objects and RSS skipped; "
                       "pip install 'retryfs[bench]')")
