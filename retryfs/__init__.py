@@ -7,13 +7,15 @@ every read, write and close of the files it opens, under a ``RetryPolicy``.
 from .arrow import RetryingFileSystem
 from .budget import RetryBudget
 from .classify import Decision, ErrorClassifier
+from .config import WrapperConfig
 from .engine import no_sleep
 from .errors import CommitNotVisibleError
 from .fsspec import RetryFileSystem
 from .policy import RetryPolicy
+from .redact import redact
 from .stats import RetryEvent, RetryStats
 from .transfer import CopyError, CopyResult, copy
-from .uri import from_uri, redact
+from .uri import from_uri
 
 __version__ = "0.1.0"
 
@@ -29,6 +31,7 @@ __all__ = [
     "RetryPolicy",
     "RetryStats",
     "RetryingFileSystem",
+    "WrapperConfig",
     "copy",
     "from_uri",
     "no_sleep",

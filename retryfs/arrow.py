@@ -10,28 +10,32 @@ process: pickling carries the configuration and the inner filesystem only.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+from fsspec.spec import AbstractFileSystem
 
-from .budget import RetryBudget, TokenBucket, bucket_for, normalize_budget
+from .budget import RetryBudget, TokenBucket, bucket_for
 from .classify import ErrorClassifier
 from .commits import FailedCommits, install_copy_files_guard
+from .config import OPTIONS, WrapperConfig, check_operation_names
 from .engine import Retrier
-from .policy import OPERATION_GROUPS, RetryPolicy, resolve_overrides
+from .fsspec_handler import FsspecHandler
+from .policy import OPERATION_GROUPS, RetryPolicy
 from .stats import RetryStats
-from .streams import DEFAULT_SPOOL_MEMORY, ReplayableOutputStream, ResumableInputFile
-from .timeouts import TimedInputStream, resolve_timeouts, timed
+from .streams import ReplayableOutputStream, ResumableInputFile
+from .timeouts import TimedInputStream, timed
 
 __all__ = ["RetryingFileSystem", "RetryingHandler", "as_arrow_filesystem"]
 
 
-def _check_native_attempts(value: Any) -> int | None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ValueError(f"native_attempts must be None or an int >= 1, got {value!r}")
-    return value
+def _checked_options(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = [name for name in options if name not in OPTIONS]
+    if unknown:
+        WrapperConfig().replace(**options)  # raises the TypeError that names it
+    return options
 
 
 def with_native_attempts(fs: Any, attempts: int) -> Any:
@@ -56,13 +60,7 @@ def as_arrow_filesystem(fs: Any) -> pafs.FileSystem:
     """``fs`` as a pyarrow filesystem: pyarrow ones as they are, fsspec ones adapted."""
     if isinstance(fs, pafs.FileSystem):
         return fs
-    try:
-        import fsspec
-    except ImportError:  # pragma: no cover - fsspec is a dependency
-        fsspec = None
-    if fsspec is not None and isinstance(fs, fsspec.AbstractFileSystem):
-        from .fsspec import FsspecHandler  # pyarrow's adapter, minus checks that hide errors
-
+    if isinstance(fs, AbstractFileSystem):  # pyarrow's adapter, minus checks that hide errors
         return pafs.PyFileSystem(FsspecHandler(fs))
     raise TypeError(
         "RetryingFileSystem wraps a pyarrow.fs.FileSystem or an fsspec AbstractFileSystem, "
@@ -92,93 +90,95 @@ def holds(dest: pafs.FileInfo, source: pafs.FileInfo) -> bool:
 
 
 class RetryingHandler(pafs.FileSystemHandler):
-    """The ``FileSystemHandler`` behind `RetryingFileSystem`."""
+    """The ``FileSystemHandler`` behind `RetryingFileSystem`.
 
-    def __init__(
-        self,
-        fs: Any,
-        policy: RetryPolicy | None = None,
-        *,
-        classifier: ErrorClassifier | None = None,
-        retryable_messages: Iterable[str] = (),
-        per_operation: Mapping[str, RetryPolicy | Mapping[str, Any]] | None = None,
-        stats: RetryStats | None = None,
-        verify_writes: bool = True,
-        spool_memory: int = DEFAULT_SPOOL_MEMORY,
-        budget: RetryBudget | bool = True,
-        timeout: float | Mapping[str, float] | None = None,
-        native_attempts: int | None = None,
-    ) -> None:
-        from .fsspec import RetryFileSystem  # the fsspec face imports this module
+    ``fs`` is any pyarrow or fsspec filesystem; a retryfs wrapper of either face is unwrapped
+    (one layer of retries, not two) and its settings are the base that ``config`` and
+    ``options`` change. ``options`` are `WrapperConfig`'s (``policy`` may come first).
+    """
 
-        if isinstance(fs, RetryFileSystem):
-            # One layer of retries, not two (attempts would multiply): wrap what it wraps,
-            # with its policy unless another one is given.
-            policy = policy if policy is not None else fs.policy
+    def __init__(self, fs: Any, policy: RetryPolicy | None = None, *,
+                 config: WrapperConfig | None = None, **options: Any) -> None:
+        base = None if isinstance(fs, pafs.FileSystem) else getattr(fs, "retry_config", None)
+        if isinstance(base, WrapperConfig):  # the fsspec face: wrap what it wraps, as it does
             fs = fs.unwrap()
-        if policy is None:
-            policy = RetryPolicy()
-        if not isinstance(policy, RetryPolicy):
-            raise TypeError(f"policy must be a RetryPolicy, got {type(policy).__name__}")
-        if classifier is None:
-            classifier = ErrorClassifier()
-        if not isinstance(classifier, ErrorClassifier):
-            raise TypeError(f"classifier must be an ErrorClassifier, got {type(classifier).__name__}")
-        if isinstance(retryable_messages, (str, bytes)):
-            raise TypeError("retryable_messages must be a sequence of strings, not a string")
-        if retryable_messages:
-            classifier = classifier.with_messages(retryable_messages)
-        if not isinstance(spool_memory, int) or isinstance(spool_memory, bool) or spool_memory < 0:
-            raise ValueError(f"spool_memory must be an int >= 0 (bytes), got {spool_memory!r}")
-        self.native_attempts = _check_native_attempts(native_attempts)
-        if self.native_attempts is not None:
-            fs = with_native_attempts(fs, self.native_attempts)
+        else:
+            base = None
+        if config is not None:
+            if not isinstance(config, WrapperConfig):
+                raise TypeError(f"config must be a WrapperConfig, got {type(config).__name__}")
+            base = config
+        if policy is not None:
+            options["policy"] = policy
+        if base is None:
+            config = WrapperConfig(**_checked_options(options))
+        else:
+            config = base.replace(**options) if options else base
+        check_operation_names(config)
+        if config.stats is None:
+            config = config.replace(stats=RetryStats())
+        self.config = config
+        if config.native_attempts is not None:
+            fs = with_native_attempts(fs, config.native_attempts)
         self.original = fs
         self.inner = as_arrow_filesystem(fs)
-        self.policy = policy
-        self.classifier = classifier
-        self.per_operation = resolve_overrides(policy, per_operation)
-        self.verify_writes = bool(verify_writes)
-        self.spool_memory = spool_memory
-        self.stats = stats if stats is not None else RetryStats()
         self.failed_commits = FailedCommits()
-        self.budget = normalize_budget(budget)  # configuration; the bucket is process state
-        self.timeouts = resolve_timeouts(timeout)
-        bucket = bucket_for(self.inner, self.budget) if self.budget is not None else None
-        self.retrier = Retrier(self.policy_for, classifier, self.stats, budget=bucket,
-                               timeouts=self.timeouts)
+        self.timeouts = config.timeouts_for(OPERATION_GROUPS)
+        budget = config.budget
+        bucket = bucket_for(self.inner, budget) if budget is not None else None
+        self.retrier = Retrier(self.policy_for, config.effective_classifier, self.stats,
+                               budget=bucket, timeouts=self.timeouts)
         if self.timeouts:
             self._call = self._timed_call  # type: ignore[method-assign]
 
     # -- configuration ---------------------------------------------------------------------------
+    @property
+    def policy(self) -> RetryPolicy:
+        return self.config.policy
+
+    @property
+    def per_operation(self) -> Mapping[str, RetryPolicy]:
+        return self.config.per_operation
+
+    @property
+    def classifier(self) -> ErrorClassifier:
+        return self.config.effective_classifier
+
+    @property
+    def stats(self) -> RetryStats:
+        stats = self.config.stats
+        assert stats is not None  # set in __init__
+        return stats
+
+    @property
+    def verify_writes(self) -> bool:
+        return self.config.verify_writes
+
+    @property
+    def spool_memory(self) -> int:
+        return self.config.spool_memory
+
+    @property
+    def budget(self) -> RetryBudget | None:
+        return self.config.budget
+
+    @property
+    def native_attempts(self) -> int | None:
+        return self.config.native_attempts
+
+    @property
+    def wrapped_filesystem(self) -> pafs.FileSystem:
+        """The pyarrow filesystem whose endpoint this handler calls (for the retry budget)."""
+        return self.inner
+
     def policy_for(self, operation: str) -> RetryPolicy:
         """The policy of a method: its own override, else its group's, else the base policy."""
-        overrides = self.per_operation
-        if overrides:
-            if operation in overrides:
-                return overrides[operation]
-            group = OPERATION_GROUPS.get(operation)
-            if group in overrides:
-                return overrides[group]
-        return self.policy
-
-    def config(self) -> dict[str, Any]:
-        """What travels by pickle and decides equality."""
-        return {
-            "policy": self.policy,
-            "classifier": self.classifier,
-            "per_operation": dict(self.per_operation),
-            "verify_writes": self.verify_writes,
-            "spool_memory": self.spool_memory,
-            "budget": self.budget if self.budget is not None else False,
-            "timeout": dict(self.timeouts) or None,
-            "native_attempts": self.native_attempts,
-        }
+        return self.config.policy_for(operation, OPERATION_GROUPS)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RetryingHandler):
             return NotImplemented
-        if self.config() != other.config() or type(self.original) is not type(other.original):
+        if self.config != other.config or type(self.original) is not type(other.original):
             return False
         return bool(self.original == other.original)
 
@@ -187,10 +187,14 @@ class RetryingHandler(pafs.FileSystemHandler):
         return result if result is NotImplemented else not result
 
     def __hash__(self) -> int:
-        return hash((type(self.original).__name__, self.policy, self.classifier))
+        return hash((type(self.original).__name__, self.policy, self.config.classifier))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_handler, (self.original, self.config()))
+        return (_rebuild_handler, (self.original, self.config))
+
+    def call(self, operation: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` retried as ``operation`` on ``path`` (with its timeout)."""
+        return self._call(operation, path, fn, *args, **kwargs)
 
     # -- the 15 FileSystemHandler methods ------------------------------------------------------
     def _call(self, operation: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -363,8 +367,8 @@ class InputFile(pa.PythonFile):
         return super().read_buffer(nbytes)
 
 
-def _rebuild_handler(fs: Any, config: dict[str, Any]) -> RetryingHandler:
-    return RetryingHandler(fs, **config)
+def _rebuild_handler(fs: Any, config: WrapperConfig) -> RetryingHandler:
+    return RetryingHandler(fs, config=config)
 
 
 class RetryingFileSystem(pafs.PyFileSystem):
@@ -375,27 +379,13 @@ class RetryingFileSystem(pafs.PyFileSystem):
     ``copy_files``). Attributes the wrapper does not have are looked up on ``fs``.
     """
 
-    def __init__(
-        self,
-        fs: Any,
-        policy: RetryPolicy | None = None,
-        *,
-        classifier: ErrorClassifier | None = None,
-        retryable_messages: Iterable[str] = (),
-        per_operation: Mapping[str, RetryPolicy | Mapping[str, Any]] | None = None,
-        stats: RetryStats | None = None,
-        verify_writes: bool = True,
-        spool_memory: int = DEFAULT_SPOOL_MEMORY,
-        budget: RetryBudget | bool = True,
-        timeout: float | Mapping[str, float] | None = None,
-        native_attempts: int | None = None,
-    ) -> None:
+    def __init__(self, fs: Any, policy: RetryPolicy | None = None, *,
+                 config: WrapperConfig | None = None, **options: Any) -> None:
+        """``options``: the options of `WrapperConfig` (``classifier``, ``retryable_messages``,
+        ``per_operation``, ``stats``, ``verify_writes``, ``spool_memory``, ``budget``,
+        ``timeout``, ``native_attempts``), over ``config`` when it is given."""
         handler = fs if isinstance(fs, RetryingHandler) else RetryingHandler(
-            fs, policy, classifier=classifier, retryable_messages=retryable_messages,
-            per_operation=per_operation, stats=stats, verify_writes=verify_writes,
-            spool_memory=spool_memory, budget=budget, timeout=timeout,
-            native_attempts=native_attempts,
-        )
+            fs, policy, config=config, **options)
         super().__init__(handler)
         self.__dict__["_retry_handler"] = handler
 
@@ -406,6 +396,11 @@ class RetryingFileSystem(pafs.PyFileSystem):
     def unwrap(self) -> Any:
         """The filesystem this one wraps, as it was given."""
         return self.retry_handler.original
+
+    @property
+    def retry_config(self) -> WrapperConfig:
+        """All the settings of this wrapper (hand it to the other face, `copy`, `from_uri`)."""
+        return self.retry_handler.config
 
     @property
     def policy(self) -> RetryPolicy:
@@ -446,7 +441,7 @@ class RetryingFileSystem(pafs.PyFileSystem):
         return self.retry_handler.failed_commits.snapshot()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_filesystem, (self.retry_handler.original, self.retry_handler.config()))
+        return (_rebuild_filesystem, (self.retry_handler.original, self.retry_handler.config))
 
     def __getattr__(self, name: str) -> Any:
         handler = self.__dict__.get("_retry_handler")
@@ -458,8 +453,8 @@ class RetryingFileSystem(pafs.PyFileSystem):
         return f"RetryingFileSystem({self.retry_handler.original!r}, policy={self.policy!r})"
 
 
-def _rebuild_filesystem(fs: Any, config: dict[str, Any]) -> RetryingFileSystem:
-    return RetryingFileSystem(fs, **config)
+def _rebuild_filesystem(fs: Any, config: WrapperConfig) -> RetryingFileSystem:
+    return RetryingFileSystem(fs, config=config)
 
 
 install_copy_files_guard()

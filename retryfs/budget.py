@@ -25,6 +25,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .redact import redact
+
 __all__ = ["RetryBudget", "TokenBucket", "bucket_for", "buckets", "endpoint_of",
            "reset_budgets"]
 
@@ -148,14 +150,6 @@ def _freeze(value: Any) -> Hashable:
     return value
 
 
-def _redact(text: str) -> str:
-    try:
-        from .uri import redact  # the project's one redactor, when it is there
-    except Exception:  # noqa: BLE001 - uri.py is optional here
-        from .stats import basic_redact as redact
-    return redact(text)
-
-
 def endpoint_of(fs: Any) -> tuple[Hashable, str]:
     """``(key, label)`` naming the service endpoint behind a filesystem.
 
@@ -196,7 +190,7 @@ def endpoint_of(fs: Any) -> tuple[Hashable, str]:
             pass
         key = (fs.type_name, _freeze(options))
         shown = ",".join(f"{k}={v}" for k, v in options.items())
-        return key, _redact(f"{fs.type_name}({shown})" if shown else fs.type_name)
+        return key, redact(f"{fs.type_name}({shown})" if shown else fs.type_name)
     protocol = getattr(fs, "protocol", None)
     if protocol is not None:  # fsspec
         storage = getattr(fs, "storage_options", {}) or {}
@@ -207,7 +201,7 @@ def endpoint_of(fs: Any) -> tuple[Hashable, str]:
         name = protocol if isinstance(protocol, str) else protocol[0]
         key = ("fsspec", type(fs).__module__, type(fs).__qualname__, _freeze(options))
         shown = ",".join(f"{k}={v}" for k, v in options.items())
-        return key, _redact(f"{name}({shown})" if shown else name)
+        return key, redact(f"{name}({shown})" if shown else name)
     return ("object", type(fs).__module__, type(fs).__qualname__), type(fs).__name__
 
 

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import pyarrow.fs as pafs
 
 from .locations import dangerous_target
+from .redact import redact
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -146,8 +147,6 @@ def _positive_float(text: str) -> float:
 # -- output helpers --------------------------------------------------------------------------------
 
 def _one_line(error: BaseException) -> str:
-    from .uri import redact
-
     text = str(error).strip()
     first = text.splitlines()[0] if text else type(error).__name__
     head, valid, names = first.partition("; valid: ")
@@ -344,8 +343,6 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _shown(url: str) -> str:
-    from .uri import redact
-
     return redact(url)
 
 

@@ -7,7 +7,7 @@ budget ran out, sleep, try again. On give-up the last original exception is rais
 same type, same message) with a note of the attempts made.
 
 The same loop exists for coroutines (:meth:`Retrier.acall`, the fsspec async face), with a
-per-attempt timeout (:meth:`Retrier.timeout_for`) applied on the event loop.
+per-attempt timeout applied on the event loop.
 
 The deadline clock starts with the first attempt, and the deadline bounds the whole
 user-visible operation: a retried call publishes its end (:func:`operation_end`) to the calls it
@@ -223,10 +223,6 @@ class Retrier:
         self.timeouts: dict[str, float] = dict(timeouts or {})
         self.async_sleep = async_sleep
 
-    def timeout_for(self, operation: str) -> float | None:
-        """The per-attempt timeout of ``operation`` in seconds (``None``: none)."""
-        return self.timeouts.get(operation)
-
     # -- sync ------------------------------------------------------------------------------------
     def call(
         self,
@@ -259,17 +255,6 @@ class Retrier:
         budget = self.budget
         if budget is not None and budget.available < budget.capacity:
             budget.release(budget.config.success_refund)
-
-    def decide(self, operation: str, path: str, error: BaseException, attempt: int,
-               started: float) -> tuple[float | None, bool]:
-        """``(delay before the next attempt or None to give up, whether error is retryable)``.
-
-        ``started``: when the first attempt began, on this retrier's clock. Logs and counts
-        retries and give-ups; takes the retry's tokens from the budget.
-        """
-        step = self._step(operation, path, error, attempt, started,
-                          self._end(self.policy_for(operation), started))
-        return step.delay, step.retryable
 
     def _end(self, policy: RetryPolicy, started: float) -> float | None:
         """When an operation that started at ``started`` must be done: its own deadline or the
@@ -323,6 +308,19 @@ class Retrier:
             # (release() returns at once, without a lock, while the bucket is full)
             budget.release(last_cost if attempts > 1 else budget.config.success_refund)
 
+    def _wait_failed(self, operation: str, path: str, attempt: int, error: BaseException,
+                     wait_error: BaseException) -> None:
+        """The backoff sleep itself failed: the storage error is what the caller gets."""
+        reason = f"the wait before the next attempt failed ({type(wait_error).__name__})"
+        self.stats.record_giveup(RetryEvent(
+            operation, path, attempt, self.policy_for(operation).max_attempts, error, 0.0,
+            False, gave_up=True, reason=reason))
+        self.stats.record_failure(operation, attempt, gave_up=True)
+        if hasattr(error, "add_note"):
+            error.add_note(self.stats.redact(
+                f"retryfs: {operation} {path!r} gave up after {attempt} attempt(s): the wait "
+                f"before the next attempt failed ({type(wait_error).__name__}: {wait_error})"))
+
     def recover(self, operation: str, path: str, fn: Callable[..., T], args: tuple[Any, ...],
                 kwargs: dict[str, Any], error: Exception,
                 reconcile: Callable[[BaseException], bool] | None, started: float) -> T:
@@ -340,7 +338,10 @@ class Retrier:
                 if step.delay is None:
                     self.stats.record_failure(operation, attempt, gave_up=step.retryable)
                     raise error
-                self.sleep(step.delay)
+                wait_error = _waited(self.sleep, step.delay)
+                if wait_error is not None:  # never hide the storage error behind the sleep's
+                    self._wait_failed(operation, path, attempt, error, wait_error)
+                    raise error
                 attempt += 1
                 try:
                     result = fn(*args, **kwargs)
@@ -395,7 +396,7 @@ class Retrier:
     ) -> T:
         """``await fn(*args, **kwargs)`` under the same retry loop, for coroutine functions.
 
-        Each attempt is bounded by ``timeout_for(operation)`` (the attempt is cancelled and an
+        Each attempt is bounded by ``timeouts[operation]`` (the attempt is cancelled and an
         :class:`~retryfs.timeouts.AttemptTimeoutError`, a retryable ``TimeoutError``, raised);
         backoff waits with ``asyncio.sleep`` and never blocks the event loop.
         """
@@ -428,7 +429,14 @@ class Retrier:
                         raise
                     cost = step.cost
                     if step.delay > 0 and not sleeping_disabled():
-                        await (self.async_sleep or asyncio.sleep)(step.delay)
+                        wait_error: Exception | None = None
+                        try:
+                            await (self.async_sleep or asyncio.sleep)(step.delay)
+                        except Exception as failed:  # noqa: BLE001 - keep the storage error
+                            wait_error = failed
+                        if wait_error is not None:
+                            self._wait_failed(operation, path, attempt, exc, wait_error)
+                            raise
                     attempt += 1
                     continue
                 self._succeeded(operation, attempt, cost)
@@ -436,6 +444,15 @@ class Retrier:
         finally:
             if token is not None:
                 _operation_end.reset(token)
+
+
+def _waited(sleep: Callable[[float], None], seconds: float) -> Exception | None:
+    """Sleep; the exception the sleep raised, if any (``KeyboardInterrupt`` goes through)."""
+    try:
+        sleep(seconds)
+    except Exception as exc:  # noqa: BLE001 - reported by the caller with the storage error
+        return exc
+    return None
 
 
 def _note(error: BaseException, operation: str, path: str, attempts: int, elapsed: float,

@@ -38,7 +38,6 @@ opening files (``open_input_file``, ``open_output_stream``, ``open_append_stream
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -47,44 +46,29 @@ from typing import Any
 import fsspec
 import pyarrow.fs as pafs
 from fsspec.asyn import AsyncFileSystem, async_gen_wrapper, sync_wrapper
-from fsspec.asyn import async_methods as _FSSPEC_ASYNC_METHODS
+from fsspec.implementations.arrow import ArrowFSWrapper
 from fsspec.implementations.chained import ChainedFileSystem
-from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+from fsspec.spec import AbstractFileSystem
 
-from .arrow import RetryingFileSystem
-from .budget import RetryBudget, bucket_for, normalize_budget
-from .classify import ErrorClassifier, http_status_of
-from .engine import Retrier
-from .policy import GROUPS, OPERATION_GROUPS, RetryPolicy
-from .stats import RetryStats
-from .streams import DEFAULT_SPOOL_MEMORY, ReplayableOutputStream, ResumableInputFile
-from .timeouts import TIMED_GROUPS, resolve_timeouts, timed
-from .uri import (
-    _register_option_secrets,
+from .arrow import RetryingFileSystem, with_native_attempts
+from .budget import RetryBudget, bucket_for
+from .classify import ErrorClassifier
+from .config import (
+    WrapperConfig,
+    check_operation_names,
     config_from_env,
     config_from_options,
-    redact,
+    merge,
 )
+from .engine import Retrier
+from .fsspec_files import AsyncRetryReadFile, InnerFile, RetryReadFile, RetryWriteFile
+from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
+from .redact import redact, register_option_secrets
+from .stats import RetryStats
+from .timeouts import timed
 
-__all__ = ["AsyncRetryFileSystem", "AsyncRetryReadFile", "FSSPEC_GROUPS", "FsspecHandler",
+__all__ = ["AsyncRetryFileSystem", "AsyncRetryReadFile", "FSSPEC_GROUPS",
            "RetryFileSystem", "RetryReadFile", "RetryWriteFile"]
-
-#: The policy group of each fsspec operation (the pyarrow names of `OPERATION_GROUPS` too).
-FSSPEC_GROUPS: dict[str, str] = {
-    **{name: "metadata" for name in (
-        "ls", "listdir", "info", "stat", "exists", "lexists", "isdir", "isfile", "size",
-        "sizes", "checksum", "ukey", "created", "modified", "find", "glob", "walk", "du",
-        "disk_usage", "expand_path", "mkdir", "makedir", "makedirs", "mkdirs", "sign", "tree")},
-    **{name: "read" for name in (
-        "cat_file", "cat", "cat_ranges", "get_file", "get", "download", "head", "tail",
-        "read_block", "read_text", "read_bytes", "open_input_file", "open_input_stream",
-        "read")},
-    **{name: "write" for name in (
-        "pipe_file", "pipe", "put_file", "put", "upload", "touch", "write_text", "write_bytes",
-        "open_output_stream", "open_append_stream", "write", "flush", "close", "commit")},
-    **{name: "delete" for name in ("rm_file", "rm", "delete", "rmdir")},
-    **{name: "move" for name in ("cp_file", "copy", "cp", "mv", "move", "rename", "mv_file")},
-}
 
 # Methods of AbstractFileSystem that are not storage calls (configuration, paths, caches,
 # transactions, serialisation): never retried, some answered by the wrapper itself.
@@ -103,28 +87,24 @@ _FSSPEC_OWN = frozenset({"use_listings_cache", "listings_expiry_time", "max_path
 _MISSING = object()
 
 
-def _public_sync_methods() -> tuple[str, ...]:
-    names = []
-    for name, value in vars(AbstractFileSystem).items():
-        if name.startswith("_") or name in _NOT_RETRIED:
-            continue
-        if inspect.isfunction(value):
-            names.append(name)
-    return tuple(sorted(names))
-
-
-def _async_methods() -> tuple[str, ...]:
-    names = set(_FSSPEC_ASYNC_METHODS)
-    for name, value in vars(AsyncFileSystem).items():
-        if name.startswith("_") and not name.startswith("__") and (
-                inspect.iscoroutinefunction(value) or inspect.isasyncgenfunction(value)):
-            names.add(name)
-    names.discard("_process_limits")  # a helper of _cat_file, not an operation
-    return tuple(sorted(names))
-
-
-SYNC_METHODS = _public_sync_methods()
-ASYNC_METHODS = _async_methods()
+#: The blocking methods of ``AbstractFileSystem`` the face retries (its public methods minus
+#: `_NOT_RETRIED`; `tests/test_structure.py` checks the table against the installed fsspec).
+SYNC_METHODS: tuple[str, ...] = (
+    "cat", "cat_file", "cat_ranges", "checksum", "copy", "cp", "cp_file", "created", "delete",
+    "disk_usage", "download", "du", "exists", "expand_path", "find", "get", "get_file", "glob",
+    "head", "info", "isdir", "isfile", "lexists", "listdir", "ls", "makedir", "makedirs",
+    "mkdir", "mkdirs", "modified", "move", "mv", "pipe", "pipe_file", "put", "put_file",
+    "read_block", "read_bytes", "read_text", "rename", "rm", "rm_file", "rmdir", "sign", "size",
+    "sizes", "stat", "tail", "touch", "tree", "ukey", "upload", "walk", "write_bytes",
+    "write_text",
+)
+#: The coroutines of ``AsyncFileSystem`` the async face retries.
+ASYNC_METHODS: tuple[str, ...] = (
+    "_cat", "_cat_file", "_cat_ranges", "_copy", "_cp_file", "_du", "_exists", "_expand_path",
+    "_find", "_get", "_get_file", "_glob", "_info", "_isdir", "_isfile", "_ls", "_makedirs",
+    "_mkdir", "_mv_file", "_pipe", "_pipe_file", "_put", "_put_file", "_rm", "_rm_file",
+    "_size", "_sizes", "_walk",
+)
 
 
 def _label(operation: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
@@ -169,12 +149,8 @@ _RECONCILE: dict[str, Callable[[BaseException], bool]] = {
 }
 
 
-#: Every operation name of this face with its group (fsspec's names first, as in `_group_of`).
-_FACE_GROUPS: dict[str, str] = {**OPERATION_GROUPS, **FSSPEC_GROUPS}
-
-
-def _group_of(operation: str) -> str | None:
-    return _FACE_GROUPS.get(operation)
+#: Every operation name of this face with its group.
+FACE_GROUPS: dict[str, str] = ALL_OPERATION_GROUPS
 
 
 def _strip_retry(path: Any) -> Any:
@@ -250,6 +226,7 @@ class RetryFileSystem(ChainedFileSystem):
         target_options: Mapping[str, Any] | None = None,
         fo: str | None = None,
         *,
+        config: WrapperConfig | None = None,
         policy: RetryPolicy | None = None,
         per_operation: Mapping[str, RetryPolicy | Mapping[str, Any]] | None = None,
         classifier: ErrorClassifier | None = None,
@@ -259,6 +236,10 @@ class RetryFileSystem(ChainedFileSystem):
         own = {k: options.pop(k) for k in list(options) if k in _FSSPEC_OWN}
         retry_options = dict(options)
         inner, inherited = _resolve_inner(fs, target_protocol, target_options, own)
+        if config is not None:
+            if not isinstance(config, WrapperConfig):
+                raise TypeError(f"config must be a WrapperConfig, got {type(config).__name__}")
+            inherited = config
         if getattr(inner, "async_impl", False) and not isinstance(self, AsyncRetryFileSystem):
             raise TypeError("an async filesystem needs AsyncRetryFileSystem (chosen "
                             "automatically by RetryFileSystem(...))")
@@ -276,110 +257,79 @@ class RetryFileSystem(ChainedFileSystem):
         super().__init__(**own)
         self.fs = inner
         self.target_protocol = target_protocol
-        _register_option_secrets(target_options)
-        _register_option_secrets(getattr(inner, "storage_options", None))
-        self._configure(inherited, policy, per_operation, classifier, stats, retry_options)
+        register_option_secrets(target_options)
+        register_option_secrets(getattr(inner, "storage_options", None))
+        code = {name: value for name, value in (
+            ("policy", policy), ("per_operation", per_operation), ("classifier", classifier),
+            ("stats", stats)) if value is not None}
+        self._configure(inherited, code, retry_options)
         self._composed = self._find_composed()
 
     # -- configuration -------------------------------------------------------------------------
-    def _configure(self, inherited: Mapping[str, Any], policy: RetryPolicy | None,
-                   per_operation: Mapping[str, Any] | None, classifier: ErrorClassifier | None,
-                   stats: RetryStats | None, options: Mapping[str, Any]) -> None:
-        env = config_from_env(url=False)
-        options = dict(options)
-        structured: dict[str, Any] = {}  # values code gives as objects, not option strings
-        if isinstance(options.get("budget"), (RetryBudget, Mapping)):
-            structured["budget"] = options.pop("budget")
-        if isinstance(options.get("timeout"), Mapping):
-            structured["timeout"] = options.pop("timeout")
-        if isinstance(options.get("retryable_messages"), (list, tuple)):
-            structured["retryable_messages"] = tuple(
-                str(m) for m in options.pop("retryable_messages"))
-        given = config_from_options(options)
-        if policy is None:
-            policy = inherited.get("policy")
-        if policy is not None and not isinstance(policy, RetryPolicy):
-            raise TypeError(f"policy must be a RetryPolicy, got {type(policy).__name__}")
-        base = policy if policy is not None else env.make_policy(
-            describe=lambda n: "RETRYFS_" + n.upper())
-        self.policy: RetryPolicy = given.make_policy(base)
-        overrides: dict[str, RetryPolicy] = dict(env.per_operation(self.policy))
-        inherited_per_op = inherited.get("per_operation") or {}
-        overrides.update(self._resolve_overrides({**inherited_per_op, **(per_operation or {})}))
-        for group, fields in given.per_group.items():
-            overrides[group] = _replace(overrides.get(group, self.policy), fields, group)
-        self.per_operation: dict[str, RetryPolicy] = overrides
+    def _configure(self, base: WrapperConfig | None, code: Mapping[str, Any],
+                   options: Mapping[str, Any]) -> None:
+        """The settings: ``base`` (a wrapper's that is unwrapped, or ``config=``) under the
+        code's arguments, over the ``RETRYFS_*`` environment, under the protocol's options."""
+        explicit = base.options() if base is not None else {}
+        if "per_operation" in code and "per_operation" in explicit:
+            code = {**code, "per_operation": {**explicit["per_operation"],
+                                              **code["per_operation"]}}
+        config = merge(code={**explicit, **code}, top=config_from_options(options),
+                       env=config_from_env(url=False))
+        inner = self.fs
+        check_operation_names(config, lambda key: callable(getattr(inner, key, None)),
+                              f" nor a method of {type(inner).__name__}")
+        if config.stats is None:
+            config = config.replace(stats=RetryStats())
+        self.retry_config: WrapperConfig = config
+        if config.native_attempts is not None and isinstance(inner, ArrowFSWrapper):
+            self.fs = ArrowFSWrapper(with_native_attempts(inner.fs, config.native_attempts))
+        self._timeouts = config.timeouts_for(FACE_GROUPS)
+        budget = config.budget
+        bucket = bucket_for(self.fs, budget) if budget is not None else None
+        self.retrier = Retrier(self._policy_for, config.effective_classifier, self.stats,
+                               budget=bucket, timeouts=self._timeouts)
 
-        def pick(name: str, default: Any) -> Any:
-            if name in structured:
-                return structured[name]
-            if name in given.options:
-                return given.options[name]
-            if name in inherited:
-                return inherited[name]
-            return env.options.get(name, default)
+    @property
+    def policy(self) -> RetryPolicy:
+        return self.retry_config.policy
 
-        self.verify_writes = bool(pick("verify_writes", True))
-        spool = pick("spool_memory", DEFAULT_SPOOL_MEMORY)
-        if isinstance(spool, bool) or not isinstance(spool, int) or spool < 0:
-            raise ValueError(f"spool_memory must be an int >= 0 (bytes), got {spool!r}")
-        self.spool_memory = spool
-        budget = pick("budget", True)
-        self.budget: RetryBudget | None = normalize_budget(budget)
-        if classifier is None:
-            classifier = inherited.get("classifier") or ErrorClassifier()
-        if not isinstance(classifier, ErrorClassifier):
-            raise TypeError(f"classifier must be an ErrorClassifier, got "
-                            f"{type(classifier).__name__}")
-        messages = (*env.options.get("retryable_messages", ()),
-                    *given.options.get("retryable_messages", ()),
-                    *structured.get("retryable_messages", ()))
-        if messages:
-            classifier = classifier.with_messages(dict.fromkeys(messages))
-        self.classifier = classifier
-        if "timeout" in structured:
-            timeout_spec: Any = structured["timeout"]
-        elif given.timeouts:
-            timeout_spec = _merge_timeouts(env.timeout(), given.timeout())
-        else:
-            timeout_spec = inherited.get("timeout", env.timeout())
-        self.timeout = timeout_spec
-        self._timeouts = resolve_timeouts(timeout_spec, _FACE_GROUPS)
-        if stats is None:
-            stats = inherited.get("stats")
-        self.stats: RetryStats = stats if stats is not None else RetryStats()
-        bucket = bucket_for(self.fs, self.budget) if self.budget is not None else None
-        self.retrier = Retrier(self._policy_for, classifier, self.stats, budget=bucket,
-                               timeouts=self._timeouts)
+    @property
+    def per_operation(self) -> Mapping[str, RetryPolicy]:
+        return self.retry_config.per_operation
 
-    def _resolve_overrides(self, per_operation: Mapping[str, Any]) -> dict[str, RetryPolicy]:
-        resolved: dict[str, RetryPolicy] = {}
-        for key, value in per_operation.items():
-            if key not in GROUPS and _group_of(key) is None and not callable(
-                    getattr(self.fs, key, None)):
-                raise ValueError(
-                    f"per_operation key {key!r} is neither a group ({', '.join(GROUPS)}) nor an "
-                    f"operation ({', '.join(sorted(FSSPEC_GROUPS))}) nor a method of "
-                    f"{type(self.fs).__name__}")
-            if isinstance(value, RetryPolicy):
-                resolved[key] = value
-            elif isinstance(value, Mapping):
-                resolved[key] = self.policy.replace(**dict(value))
-            else:
-                raise TypeError(f"per_operation[{key!r}] must be a RetryPolicy or a mapping of "
-                                f"its fields, got {type(value).__name__}")
-        return resolved
+    @property
+    def classifier(self) -> ErrorClassifier:
+        return self.retry_config.effective_classifier
+
+    @property
+    def stats(self) -> RetryStats:
+        stats = self.retry_config.stats
+        assert stats is not None  # set in _configure
+        return stats
+
+    @property
+    def verify_writes(self) -> bool:
+        return self.retry_config.verify_writes
+
+    @property
+    def spool_memory(self) -> int:
+        return self.retry_config.spool_memory
+
+    @property
+    def budget(self) -> RetryBudget | None:
+        return self.retry_config.budget
+
+    @property
+    def timeout(self) -> Mapping[str, float] | None:
+        return self.retry_config.timeout or None
+
+    @property
+    def native_attempts(self) -> int | None:
+        return self.retry_config.native_attempts
 
     def _policy_for(self, operation: str) -> RetryPolicy:
-        overrides = self.per_operation
-        if overrides:
-            found = overrides.get(operation)
-            if found is not None:
-                return found
-            group = _group_of(operation)
-            if group is not None and group in overrides:
-                return overrides[group]
-        return self.policy
+        return self.retry_config.policy_for(operation, FACE_GROUPS)
 
     def _find_composed(self) -> frozenset[str]:
         """Methods the wrapped filesystem inherits from fsspec: run them on the wrapper."""
@@ -464,16 +414,16 @@ class RetryFileSystem(ChainedFileSystem):
             return inner_fs.open(path, mode, **open_kwargs)
 
         if mode == "rb":
-            def reopen_read() -> _InnerFile:
-                return _InnerFile(self._call("open_input_file", path, opener))
+            def reopen_read() -> InnerFile:
+                return InnerFile(self._call("open_input_file", path, opener))
 
             first = reopen_read()
             return RetryReadFile(self, path, mode, first, reopen_read, self.retrier)
         if mode in ("wb", "xb"):
             writer: RetryWriteFile | None = None
 
-            def reopen_write() -> _InnerFile:
-                inner = _InnerFile(self._call("open_output_stream", path, opener))
+            def reopen_write() -> InnerFile:
+                inner = InnerFile(self._call("open_output_stream", path, opener))
                 if writer is not None:
                     writer._last_inner = inner
                 return inner
@@ -504,18 +454,8 @@ class RetryFileSystem(ChainedFileSystem):
     # -- the pyarrow face ------------------------------------------------------------------------
     def to_arrow(self) -> RetryingFileSystem:
         """The same wrapping on the pyarrow face: a `retryfs.RetryingFileSystem` over the same
-        filesystem with the same policy, classifier, stats and options (per-operation entries
-        the pyarrow face has no name for are left out)."""
-        per_operation = {k: v for k, v in self.per_operation.items()
-                         if k in GROUPS or k in OPERATION_GROUPS}
-        timeout = self.timeout
-        if isinstance(timeout, Mapping):
-            timeout = {k: v for k, v in timeout.items()
-                       if k in TIMED_GROUPS or k in OPERATION_GROUPS} or None
-        return RetryingFileSystem(
-            self.fs, self.policy, classifier=self.classifier, per_operation=per_operation or None,
-            stats=self.stats, verify_writes=self.verify_writes, spool_memory=self.spool_memory,
-            budget=self.budget if self.budget is not None else False, timeout=timeout)
+        filesystem with the same settings (`retry_config`, stats included)."""
+        return RetryingFileSystem(self.fs, config=self.retry_config)
 
     @classmethod
     def from_arrow(cls, filesystem: Any, **options: Any) -> RetryFileSystem:
@@ -531,7 +471,12 @@ class RetryFileSystem(ChainedFileSystem):
     def __reduce__(self) -> tuple[Any, ...]:
         from fsspec.spec import make_instance
 
-        options = {k: v for k, v in self.storage_options.items() if k not in ("stats", "loop")}
+        # the settings travel whole (never re-read from a worker's environment), the counters
+        # do not; the filesystem to wrap as it was given
+        options = {k: v for k, v in self.storage_options.items()
+                   if k in ("fs", "target_protocol", "target_options", "fo")
+                   or k in _FSSPEC_OWN and k != "loop"}
+        options["config"] = self.retry_config
         return make_instance, (type(self), self.storage_args, options)
 
     def __repr__(self) -> str:
@@ -568,23 +513,6 @@ class RetryFileSystem(ChainedFileSystem):
         return retried
 
 
-def _replace(policy: RetryPolicy, fields: Mapping[str, Any], group: str) -> RetryPolicy:
-    try:
-        return policy.replace(**fields)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{', '.join(f'{group}_{k}' for k in fields)}: {exc}") from None
-
-
-def _merge_timeouts(low: Any, high: Any) -> Any:
-    if high is None:
-        return low
-    if low is None or not isinstance(high, Mapping):
-        return high
-    merged = dict(low) if isinstance(low, Mapping) else {g: low for g in TIMED_GROUPS}
-    merged.update(high)
-    return merged
-
-
 def _inner_is_async(fs: Any, target_protocol: str | None) -> bool:
     if fs is not None:
         if isinstance(fs, pafs.FileSystem):
@@ -601,14 +529,14 @@ def _inner_is_async(fs: Any, target_protocol: str | None) -> bool:
 
 def _resolve_inner(fs: Any, target_protocol: str | None,
                    target_options: Mapping[str, Any] | None,
-                   own: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+                   own: Mapping[str, Any]) -> tuple[Any, WrapperConfig | None]:
     """The fsspec filesystem to wrap, and the configuration it brings (from a pyarrow face)."""
     if fs is None and target_protocol is None:
         raise ValueError("RetryFileSystem needs the filesystem to wrap: fs=<instance> or "
                          "target_protocol=<protocol> (with target_options)")
     if fs is not None and target_protocol is not None:
         raise ValueError("give either fs or target_protocol, not both")
-    inherited: dict[str, Any] = {}
+    inherited: WrapperConfig | None = None
     if fs is None:
         options = dict(target_options or {})
         for name in ("asynchronous", "loop"):
@@ -617,121 +545,15 @@ def _resolve_inner(fs: Any, target_protocol: str | None,
         fs = fsspec.filesystem(target_protocol, **options)
     elif target_options:
         raise ValueError("target_options apply with target_protocol only")
-    if isinstance(fs, RetryingFileSystem):
-        handler = fs.retry_handler
-        inherited = {"policy": handler.policy, "classifier": handler.classifier,
-                     "per_operation": dict(handler.per_operation),
-                     "verify_writes": handler.verify_writes,
-                     "spool_memory": handler.spool_memory, "stats": handler.stats,
-                     "budget": handler.budget if handler.budget is not None else False,
-                     "timeout": _group_timeouts(handler.timeouts)}
+    if isinstance(fs, (RetryingFileSystem, RetryFileSystem)):  # one layer of retries
+        inherited = fs.retry_config
         fs = fs.unwrap()
-    if isinstance(fs, RetryFileSystem):  # a retry wrapper of a retry wrapper: one layer
-        inherited = {"policy": fs.policy, "classifier": fs.classifier,
-                     "per_operation": dict(fs.per_operation), "verify_writes": fs.verify_writes,
-                     "spool_memory": fs.spool_memory, "stats": fs.stats,
-                     "budget": fs.budget if fs.budget is not None else False,
-                     "timeout": fs.timeout}
-        fs = fs.fs
     if isinstance(fs, pafs.FileSystem):
-        from fsspec.implementations.arrow import ArrowFSWrapper
-
         fs = ArrowFSWrapper(fs)
     if not isinstance(fs, AbstractFileSystem):
         raise TypeError("RetryFileSystem wraps an fsspec filesystem (or a pyarrow one), got "
                         f"{type(fs).__module__}.{type(fs).__qualname__}")
-    return fs, {k: v for k, v in inherited.items() if v is not None}
-
-
-def _group_timeouts(timeouts: Mapping[str, float]) -> dict[str, float] | None:
-    """The pyarrow face's resolved ``{operation: seconds}`` as ``{group: seconds}``."""
-    groups = {OPERATION_GROUPS[op]: seconds for op, seconds in timeouts.items()
-              if op in OPERATION_GROUPS}
-    return groups or None
-
-
-# -- fsspec filesystems on the pyarrow face ------------------------------------------------------
-
-def _server_error_behind(exc: BaseException) -> bool:
-    """A FileNotFoundError raised from a 5xx or 429 (fsspec's HTTP ``info`` does that)."""
-    cause = exc.__cause__
-    status = http_status_of(cause) if cause is not None else None
-    return status is not None and (status >= 500 or status == 429)
-
-
-_MTIME_KEYS = ("LastModified", "last_modified", "updated", "created")
-
-
-class FsspecHandler(pafs.FSSpecHandler):
-    """pyarrow's ``FSSpecHandler`` minus the checks that hide errors (used by `RetryingFileSystem`
-    for fsspec filesystems).
-
-    pyarrow's opens a file only after ``isfile`` and lists a directory only after ``isdir`` and
-    ``exists``; fsspec's generic versions of those answer False on *any* error, so a transient
-    failure became a FileNotFoundError, or an empty listing, that no retry could see. Here the
-    checks are ``info`` calls whose errors go up, and a "not found" raised from a server error
-    (fsspec's HTTP filesystem) is raised, not reported as NotFound.
-    """
-
-    @staticmethod
-    def _create_file_info(path: str, info: dict[str, Any]) -> pafs.FileInfo:
-        """pyarrow's, with the modification time under the other names fsspec backends use
-        (s3fs ``LastModified``, gcsfs ``updated``; the memory filesystem, whose files are
-        written once, only has ``created``)."""
-        found = pafs.FSSpecHandler._create_file_info(path, info)
-        if found.mtime is not None or found.type == pafs.FileType.NotFound:
-            return found
-        mtime = next((info[key] for key in _MTIME_KEYS if info.get(key) is not None), None)
-        if mtime is None:
-            return found
-        return pafs.FileInfo(path, found.type, size=found.size, mtime=mtime)
-
-    def _info_or_none(self, path: str) -> dict[str, Any] | None:
-        try:
-            return self.fs.info(path)
-        except FileNotFoundError as exc:
-            if _server_error_behind(exc):
-                raise
-            return None
-
-    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
-        infos = []
-        for path in paths:
-            info = self._info_or_none(path)
-            infos.append(pafs.FileInfo(path, pafs.FileType.NotFound) if info is None
-                         else self._create_file_info(path, info))
-        return infos
-
-    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        info = self._info_or_none(selector.base_dir)
-        if info is None:
-            if selector.allow_not_found:
-                return []
-            raise FileNotFoundError(selector.base_dir)
-        if info.get("type") != "directory":
-            raise NotADirectoryError(selector.base_dir)
-        found = self.fs.find(selector.base_dir, maxdepth=None if selector.recursive else 1,
-                             withdirs=True, detail=True)
-        base_dir = selector.base_dir.strip("/")
-        return [self._create_file_info(path, entry) for path, entry in found.items()
-                if path.strip("/") != base_dir]
-
-    def _check_file(self, path: str) -> None:
-        info = self._info_or_none(path)
-        if info is None or info.get("type") != "file":
-            raise FileNotFoundError(path)
-
-    def open_input_stream(self, path: str) -> Any:
-        import pyarrow as pa
-
-        self._check_file(path)
-        return pa.PythonFile(self.fs.open(path, mode="rb"), mode="r")
-
-    def open_input_file(self, path: str) -> Any:
-        import pyarrow as pa
-
-        self._check_file(path)
-        return pa.PythonFile(self.fs.open(path, mode="rb"), mode="r")
+    return fs, inherited
 
 
 # -- the blocking methods ------------------------------------------------------------------------
@@ -885,247 +707,3 @@ for _name in ASYNC_METHODS:
             _make_async_generator(_name) if inspect.isasyncgenfunction(_base)
             else _make_async(_name))
 del _name, _base
-
-
-# -- files ---------------------------------------------------------------------------------------
-
-class _InnerFile:
-    """An fsspec file as the retrying streams see it: ``discard`` drops it, never commits it.
-
-    fsspec's buffered files commit on ``close`` (and on garbage collection), so a broken upload
-    is discarded (s3fs aborts the multipart upload) and marked closed; a local file that cannot
-    be discarded (``autocommit``) is closed, the replay rewrites it from the start.
-    """
-
-    __slots__ = ("file",)
-
-    def __init__(self, file: Any) -> None:
-        self.file = file
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.file, name)
-
-    def read(self, *args: Any) -> Any:
-        return self.file.read(*args)
-
-    def write(self, data: Any) -> Any:
-        return self.file.write(data)
-
-    def flush(self) -> Any:
-        return self.file.flush()
-
-    def close(self) -> Any:
-        return self.file.close()
-
-    def discard(self) -> None:
-        file = self.file
-        mode = getattr(file, "mode", "rb")
-        try:
-            if "r" in mode and "+" not in mode:
-                file.close()
-            elif isinstance(file, AbstractBufferedFile):
-                try:
-                    file.discard()
-                finally:
-                    file.closed = True  # its __del__ must not commit the broken upload
-            else:
-                try:
-                    file.discard()
-                except Exception:  # noqa: BLE001 - autocommit local file: close it
-                    file.close()
-        except Exception:  # noqa: BLE001 - the file is broken already; its error was handled
-            pass
-
-
-class RetryReadFile(ResumableInputFile):
-    """A file open for reading whose reads resume after a failure (see `ResumableInputFile`).
-
-    Quacks like an fsspec file: ``size``, ``path``, ``fs``, ``mode``, ``loc``, ``info()``,
-    ``readline``, iteration, ``seek``/``tell``, context manager.
-    """
-
-    def __init__(self, fs: RetryFileSystem, path: str, mode: str, inner: _InnerFile,
-                 reopen: Callable[[], _InnerFile], retrier: Retrier) -> None:
-        seekable = bool(getattr(inner, "seekable", lambda: False)())
-        super().__init__(path, inner, reopen, retrier, seekable=seekable)
-        self.fs = fs
-        self.mode = mode
-        self._details = getattr(inner.file, "details", None)
-
-    @property
-    def size(self) -> int:  # type: ignore[override]
-        return self._length()
-
-    def _length(self) -> int:
-        if self._size is None:
-            self._size = ResumableInputFile.size(self)
-        return self._size
-
-    @property
-    def loc(self) -> int:
-        return self.tell()
-
-    def _end(self) -> int:
-        return self._length()
-
-    def readline(self, size: int | None = -1) -> bytes:
-        if size is not None and size >= 0:
-            return super().readline(size)
-        if self.closed:
-            raise ValueError("I/O operation on closed file")
-        with self._lock:
-            line = self._retrier.call("read", self.path, self._attempt, _readline)
-            self._pos += len(line)
-            self._inner_pos = self._pos
-        return line
-
-    def info(self) -> dict[str, Any]:
-        if self._details is not None:
-            return dict(self._details)
-        return self.fs.info(self.path)
-
-    @property
-    def details(self) -> dict[str, Any]:
-        return self.info()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _reopen_read, (self.fs, self.path, self.mode, self.tell())
-
-    def __repr__(self) -> str:
-        return redact(f"<RetryReadFile {self.path!r} at {self._pos}>")
-
-
-def _readline(inner: Any) -> bytes:
-    line = inner.readline()
-    return bytes(line) if not isinstance(line, bytes) else line
-
-
-def _reopen_read(fs: RetryFileSystem, path: str, mode: str, position: int) -> RetryReadFile:
-    file = fs.open(path, mode)
-    file.seek(position)
-    return file
-
-
-class RetryWriteFile(ReplayableOutputStream):
-    """A file open for writing that replays into a fresh upload when one fails (see
-    `ReplayableOutputStream`). Quacks like an fsspec file: ``path``, ``fs``, ``mode``, ``loc``,
-    ``commit()``/``discard()`` (transactions), context manager."""
-
-    def __init__(self, fs: RetryFileSystem, path: str, mode: str, inner: _InnerFile,
-                 reopen: Callable[[], _InnerFile], retrier: Retrier, *,
-                 verify: Callable[[str, int], bool] | None, spool_memory: int,
-                 autocommit: bool) -> None:
-        super().__init__(path, inner, reopen, retrier, verify=verify, spool_memory=spool_memory)
-        self.fs = fs
-        self.mode = mode
-        self.autocommit = autocommit
-        self._last_inner = inner
-
-    @property
-    def loc(self) -> int:
-        return self.tell()
-
-    def commit(self) -> None:
-        """Commit a file written inside a transaction (``autocommit=False``)."""
-        inner = self._last_inner
-        self._retrier.call("commit", self.path, inner.file.commit)
-
-    def discard(self) -> None:
-        """Throw the file away without committing it."""
-        if not self.closed:
-            self._failed = True  # close() now discards instead of committing
-            self.close()
-        else:
-            inner = self._last_inner
-            if hasattr(inner.file, "discard"):
-                inner.file.discard()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        raise RuntimeError("Pickling a writeable file is not supported")
-
-    def __repr__(self) -> str:
-        return redact(f"<RetryWriteFile {self.path!r} {self.tell()} bytes written>")
-
-
-class AsyncRetryReadFile:
-    """The async reader of `AsyncRetryFileSystem.open_async`: reads resume after a failure.
-
-    A failed read reopens the stream and skips to the same offset (async streams cannot seek).
-    """
-
-    def __init__(self, fs: AsyncRetryFileSystem, path: str, mode: str,
-                 kwargs: Mapping[str, Any]) -> None:
-        self.fs = fs
-        self.path = path
-        self.mode = mode
-        self._kwargs = dict(kwargs)
-        self._inner: Any = None
-        self.loc = 0
-        self.closed = False
-        self._lock = asyncio.Lock()
-
-    @property
-    def size(self) -> int | None:
-        return getattr(self._inner, "size", None)
-
-    def tell(self) -> int:
-        return self.loc
-
-    async def _first_open(self) -> None:
-        await self.fs.retrier.acall("open_input_file", self.path, self._reopen)
-
-    async def _reopen(self) -> None:
-        inner = await self.fs.fs.open_async(self.path, self.mode, **self._kwargs)
-        try:
-            remaining = self.loc
-            while remaining:
-                chunk = await inner.read(min(remaining, 8 * 1024 * 1024))
-                if not chunk:
-                    raise OSError(f"{self.path!r} ended before offset {self.loc} on reopen")
-                remaining -= len(chunk)
-        except BaseException:
-            await _aclose_quietly(inner)
-            raise
-        self._inner = inner
-
-    async def read(self, length: int = -1) -> bytes:
-        if self.closed:
-            raise ValueError("I/O operation on closed file")
-
-        async def attempt() -> bytes:
-            if self._inner is None:
-                await self._reopen()
-            try:
-                return await self._inner.read(length)
-            except BaseException:
-                inner, self._inner = self._inner, None
-                await _aclose_quietly(inner)
-                raise
-
-        async with self._lock:
-            data = await self.fs.retrier.acall("read", self.path, attempt)
-            self.loc += len(data)
-        return data
-
-    async def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            inner, self._inner = self._inner, None
-            if inner is not None:
-                await _aclose_quietly(inner)
-
-    async def __aenter__(self) -> AsyncRetryReadFile:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-
-async def _aclose_quietly(file: Any) -> None:
-    try:
-        result = file.close()
-        if inspect.isawaitable(result):
-            await result
-    except Exception:  # noqa: BLE001 - a broken stream
-        pass
-

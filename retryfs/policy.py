@@ -16,7 +16,8 @@ from typing import Any
 
 import backoff
 
-__all__ = ["RetryPolicy", "OPERATION_GROUPS", "GROUPS", "group_of", "resolve_overrides"]
+__all__ = ["ALL_OPERATION_GROUPS", "FSSPEC_GROUPS", "GROUPS", "LIMITS", "OPERATION_GROUPS",
+           "RetryPolicy", "resolve_overrides"]
 
 #: Which policy group each pyarrow ``FileSystemHandler`` method belongs to.
 OPERATION_GROUPS: dict[str, str] = {
@@ -40,37 +41,78 @@ OPERATION_GROUPS: dict[str, str] = {
     "copy_file": "move",
 }
 
+#: The policy group of each operation of the fsspec face (its method names without the leading
+#: underscore), besides the pyarrow names of `OPERATION_GROUPS`.
+FSSPEC_GROUPS: dict[str, str] = {
+    **{name: "metadata" for name in (
+        "ls", "listdir", "info", "stat", "exists", "lexists", "isdir", "isfile", "size",
+        "sizes", "checksum", "ukey", "created", "modified", "find", "glob", "walk", "du",
+        "disk_usage", "expand_path", "mkdir", "makedir", "makedirs", "mkdirs", "sign", "tree")},
+    **{name: "read" for name in (
+        "cat_file", "cat", "cat_ranges", "get_file", "get", "download", "head", "tail",
+        "read_block", "read_text", "read_bytes", "open_input_file", "open_input_stream",
+        "read")},
+    **{name: "write" for name in (
+        "pipe_file", "pipe", "put_file", "put", "upload", "touch", "write_text", "write_bytes",
+        "open_output_stream", "open_append_stream", "write", "flush", "close", "commit")},
+    **{name: "delete" for name in ("rm_file", "rm", "delete", "rmdir")},
+    **{name: "move" for name in ("cp_file", "copy", "cp", "mv", "move", "rename", "mv_file")},
+}
+
+#: Every operation name of either face with its group.
+ALL_OPERATION_GROUPS: dict[str, str] = {**OPERATION_GROUPS, **FSSPEC_GROUPS}
+
 #: The groups a per-operation override can name (besides a method name itself).
 GROUPS: tuple[str, ...] = ("metadata", "read", "write", "delete", "move")
 
+#: The documented range of each numeric field: ``(low, high, low_inclusive)``. The upper bounds
+#: keep every delay and deadline a number ``time.sleep`` and the clock can take (a day of
+#: waiting, a million attempts), so the schedule can never overflow.
+LIMITS: dict[str, tuple[float, float, bool]] = {
+    "max_attempts": (1, 1_000_000, True),
+    "initial_delay": (0, 86_400, True),
+    "multiplier": (1, 100, True),
+    "max_delay": (0, 86_400, True),
+    "deadline": (0, 31_536_000, False),
+    "throttle_factor": (1, 100, True),
+}
 
-def group_of(operation: str) -> str | None:
-    """The policy group of a filesystem method name (``None`` if it has none)."""
-    return OPERATION_GROUPS.get(operation)
+
+def describe_range(name: str) -> str:
+    """``name``'s documented range as text (``an int in [1, 1000000]``...)."""
+    low, high, inclusive = LIMITS[name]
+    kind = "an int" if name == "max_attempts" else "a number"
+    return f"{kind} in {'[' if inclusive else '('}{low:g}, {high:g}]"
 
 
-def _check_number(name: str, value: Any, *, low: float, low_inclusive: bool = True,
-                  integer: bool = False) -> None:
-    kind = "an int" if integer else "a number"
+def _check_number(name: str, value: Any) -> None:
+    integer = name == "max_attempts"
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        raise TypeError(f"RetryPolicy.{name} must be {kind}, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or value < low or (value == low and not low_inclusive):
-        bound = f">= {low}" if low_inclusive else f"> {low}"
-        raise ValueError(f"RetryPolicy.{name} must be a finite number {bound}, got {value!r}")
+        raise TypeError(f"RetryPolicy.{name} must be {describe_range(name)}, got "
+                        f"{type(value).__name__} {value!r}")
+    low, high, inclusive = LIMITS[name]
+    # compared as exact numbers first: float(10**400) itself would overflow
+    if not (low < value <= high or (inclusive and value == low)) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        raise ValueError(f"RetryPolicy.{name} must be {describe_range(name)}, got {value!r}")
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """When to retry a failed storage operation and how long to wait in between.
 
-    - ``max_attempts``: attempts in all, the first included (1 disables retries).
+    - ``max_attempts``: attempts in all, the first included (1 disables retries); 1 to 10**6.
     - ``initial_delay`` / ``multiplier`` / ``max_delay``: the exponential schedule in seconds:
-      ``initial_delay * multiplier ** (retry - 1)``, capped at ``max_delay``.
+      ``initial_delay * multiplier ** (retry - 1)``, capped at ``max_delay`` (delays 0 to
+      86400 s, one day; multiplier 1 to 100).
     - ``jitter``: full jitter (a uniform draw in ``[0, delay]``) so that many workers hit by the
       same outage do not retry in lock step; turn it off for deterministic tests.
-    - ``deadline``: bounds one operation's total time, sleeps included (``None``: no bound).
-      No sleep is started that would end past it.
-    - ``throttle_factor``: throttling errors (SlowDown, 429) wait this many times longer.
+    - ``deadline``: bounds one operation's total time, sleeps included (``None``: no bound;
+      else more than 0, at most a year). No sleep is started that would end past it.
+    - ``throttle_factor``: throttling errors (SlowDown, 429) wait this many times longer
+      (1 to 100).
+
+    A value out of its range is a ``ValueError`` naming the field and the range.
     """
 
     max_attempts: int = 10
@@ -82,15 +124,13 @@ class RetryPolicy:
     throttle_factor: float = 2.0
 
     def __post_init__(self) -> None:
-        _check_number("max_attempts", self.max_attempts, low=1, integer=True)
-        _check_number("initial_delay", self.initial_delay, low=0)
-        _check_number("multiplier", self.multiplier, low=1)
-        _check_number("max_delay", self.max_delay, low=0)
-        _check_number("throttle_factor", self.throttle_factor, low=1)
+        for name in ("max_attempts", "initial_delay", "multiplier", "max_delay",
+                     "throttle_factor"):
+            _check_number(name, getattr(self, name))
         if not isinstance(self.jitter, bool):
             raise TypeError(f"RetryPolicy.jitter must be a bool, got {self.jitter!r}")
         if self.deadline is not None:
-            _check_number("deadline", self.deadline, low=0, low_inclusive=False)
+            _check_number("deadline", self.deadline)
         if self.max_delay < self.initial_delay:
             raise ValueError(
                 f"RetryPolicy.max_delay ({self.max_delay!r}) must be >= "
@@ -125,23 +165,28 @@ class RetryPolicy:
         next(schedule)  # backoff generators are primed with one send(None)
         for _ in range(min(retry, 64) - 1):
             next(schedule)
-        value = min(float(next(schedule)), self.max_delay)
+        try:
+            value = min(float(next(schedule)), self.max_delay)
+        except OverflowError:  # base ** retry past a float: the cap applies
+            value = float(self.max_delay)
         if self.jitter:
             return (rng or random).uniform(0.0, value)
         return value
 
 
 def resolve_overrides(
-    policy: RetryPolicy, per_operation: Mapping[str, RetryPolicy | Mapping[str, Any]] | None
+    policy: RetryPolicy, per_operation: Mapping[str, RetryPolicy | Mapping[str, Any]] | None,
+    *, check: bool = True,
 ) -> dict[str, RetryPolicy]:
     """Turn ``{"write": {"max_attempts": 20}, "get_file_info": RetryPolicy(...)}`` into policies.
 
     Keys are group names (``metadata``, ``read``, ``write``, ``delete``, ``move``) or method
-    names; a mapping value overrides fields of the base ``policy``.
+    names; a mapping value overrides fields of the base ``policy``. ``check``: keys must be
+    groups or pyarrow operation names (the settings check other faces' names themselves).
     """
     resolved: dict[str, RetryPolicy] = {}
     for key, value in (per_operation or {}).items():
-        if key not in GROUPS and key not in OPERATION_GROUPS:
+        if check and key not in GROUPS and key not in OPERATION_GROUPS:
             raise ValueError(
                 f"per_operation key {key!r} is neither a group ({', '.join(GROUPS)}) "
                 f"nor an operation ({', '.join(sorted(OPERATION_GROUPS))})"

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .classify import http_status_of, provider_code_of
+from .redact import basic_redact, redact
 
 __all__ = ["RetryEvent", "RetryStats", "all_stats", "basic_redact", "error_kind", "logger"]
 
@@ -42,55 +43,9 @@ COUNTERS = ("calls", "attempts", "retries", "giveups", "recovered", "sleep_secon
             "bytes_replayed", "throttled", "timeouts", "budget_exhausted")
 _COUNTERS = COUNTERS  # the name the first version used
 
-# -- secrets -------------------------------------------------------------------------------------
-
-_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # scheme://user:password@host -> scheme://***@host
-    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@"), r"\1***@"),
-    # key=value secrets in query strings, options, connection strings
-    (re.compile(
-        r"(?i)\b((?:x-amz-)?signature|x-amz-credential|x-amz-security-token|awsaccesskeyid|"
-        r"sig|token|access[_-]?token|session[_-]?token|security[_-]?token|"
-        r"secret|secret[_-]?(?:access[_-]?)?key|aws[_-]?secret[_-]?access[_-]?key|"
-        r"access[_-]?key(?:[_-]?id)?|account[_-]?key|sas[_-]?token|sas|client[_-]?secret|"
-        r"password|passwd|pwd|credential|key|private[_-]?key)"
-        r"(\s*[=:]\s*)(['\"]?)[^&\s'\";,)}]+"),
-     r"\1\2\3***"),
-    # Authorization headers
-    (re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:\w+\s+)?[^\s,;]+"), r"\1***"),
-    # AWS access key ids
-    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "***"),
-)
-
-
-def basic_redact(text: str) -> str:
-    """Hide secrets in ``text`` (used when the project's ``retryfs.uri.redact`` is absent)."""
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-_default_redact: Callable[[str], str] | None = None
-
-
 def default_redact(text: str) -> str:
-    """The project's redactor (``retryfs.uri.redact``) if present, else :func:`basic_redact`.
-
-    Both are applied when both exist: the URI redactor knows query parameters, the basic one
-    catches secrets in free text (error messages).
-    """
-    global _default_redact
-    if _default_redact is None:
-        try:
-            from .uri import redact as uri_redact
-        except Exception:  # noqa: BLE001 - uri.py is optional to this module
-            _default_redact = basic_redact
-        else:
-            def both(value: str) -> str:
-                return basic_redact(uri_redact(value))
-
-            _default_redact = both
-    return _default_redact(text)
+    """The project's one redactor (`retryfs.redact.redact`)."""
+    return redact(text)
 
 
 # -- error classes -------------------------------------------------------------------------------

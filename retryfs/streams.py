@@ -15,12 +15,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .commits import report_commit, watching
+from .config import DEFAULT_SPOOL_MEMORY
 from .engine import Retrier
 from .errors import CommitNotVisibleError
 
 __all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY"]
 
-DEFAULT_SPOOL_MEMORY = 32 * 1024 * 1024
 _REPLAY_CHUNK = 8 * 1024 * 1024
 
 

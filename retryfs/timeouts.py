@@ -58,14 +58,16 @@ class AttemptTimeoutError(TimeoutError):
 
 
 def resolve_timeouts(timeout: float | Mapping[str, float] | None,
-                     operation_groups: Mapping[str, str] = OPERATION_GROUPS) -> dict[str, float]:
+                     operation_groups: Mapping[str, str] = OPERATION_GROUPS, *,
+                     strict: bool = True) -> dict[str, float]:
     """``{operation: seconds}`` for every timed operation.
 
     A number applies to every read and metadata operation. A mapping names groups (``read``,
     ``metadata``) or operations (``read``, ``get_file_info``, ``open_input_file``...); an
     operation's own entry beats its group's. ``None`` or an empty mapping: no timeouts.
     ``operation_groups`` names the operations of a face and their groups (the pyarrow face's by
-    default; the fsspec face adds its own method names).
+    default; the fsspec face adds its own method names). ``strict=False`` skips the names of
+    other faces' operations (settings already checked, handed from one face to the other).
     """
     if timeout is None:
         return {}
@@ -73,6 +75,8 @@ def resolve_timeouts(timeout: float | Mapping[str, float] | None,
         entries = dict(timeout)
     else:
         entries = {group: timeout for group in TIMED_GROUPS}
+    if not strict:
+        entries = {k: v for k, v in entries.items() if k in GROUPS or k in operation_groups}
     for key, seconds in entries.items():
         if key not in GROUPS and key not in operation_groups:
             raise ValueError(f"timeout key {key!r} is neither a group ({', '.join(GROUPS)}) "

@@ -47,12 +47,15 @@ import pyarrow.fs as pafs
 
 from .arrow import RetryingFileSystem
 from .classify import Decision, ErrorClassifier
+from .config import WrapperConfig
 from .engine import Retrier
 from .errors import CommitNotVisibleError
 from .locations import check_location, check_path
 from .policy import RetryPolicy
+from .redact import redact
 from .stats import RetryEvent
 from .streams import _discard
+from .uri import from_uri
 
 __all__ = [
     "CopyError",
@@ -274,28 +277,32 @@ def human_bytes(n: float) -> str:
 
 # -- endpoints -----------------------------------------------------------------------------------
 
-def _wrap(spec: Any, policy: RetryPolicy | None, what: str) -> tuple[RetryingFileSystem, str, str]:
-    """``(RetryingFileSystem, path, shown)`` for a URI, a local path or a (filesystem, path)."""
-    if isinstance(spec, (str, os.PathLike)):
-        from .uri import from_uri, redact
+def _wrap(spec: Any, config: WrapperConfig | None, policy: RetryPolicy | None,
+          what: str) -> tuple[RetryingFileSystem, str, str]:
+    """``(RetryingFileSystem, path, shown)`` for a URI, a local path or a (filesystem, path).
 
+    A retryfs wrapper of either face keeps all its settings (``policy`` replaces its policy);
+    another filesystem is wrapped with ``config`` and ``policy``.
+    """
+    options = {"policy": policy} if policy is not None else {}
+    if isinstance(spec, (str, os.PathLike)):
         uri = os.fspath(spec)
         check_location(uri, what)  # an empty SRC or DST is never the current directory
-        kwargs = {"policy": policy} if policy is not None else {}
-        fs, path = from_uri(uri, **kwargs)
+        fs, path = from_uri(uri, config=config, **options)
         if uri.split("?", 1)[0].endswith(("/", os.sep)) and not path.endswith("/"):
             path += "/"  # "into this directory" (from_uri drops the slash)
         return fs, path, redact(uri)
     if isinstance(spec, tuple) and len(spec) == 2:
         fs, path = spec
         path = check_path(os.fspath(path), f"{what} path")
-        if getattr(type(fs), "protocol", None) == "retry" and hasattr(fs, "unwrap"):
-            # the fsspec face of retryfs: wrap what it wraps, with its policy (never retry twice)
-            fs = RetryingFileSystem(fs.unwrap(), policy or getattr(fs, "policy", None),
-                                    per_operation=getattr(fs, "per_operation", None),
-                                    stats=getattr(fs, "stats", None))
-        elif not isinstance(fs, RetryingFileSystem):
-            fs = RetryingFileSystem(fs, policy)
+        if isinstance(fs, RetryingFileSystem):
+            if options:
+                fs = RetryingFileSystem(fs.unwrap(), config=fs.retry_config.replace(**options))
+        elif isinstance(getattr(fs, "retry_config", None), WrapperConfig):
+            # the fsspec face of retryfs: the same settings on the pyarrow face (never twice)
+            fs = RetryingFileSystem(fs, **options)
+        else:
+            fs = RetryingFileSystem(fs, config=config, **options)
         if _is_local(fs) and not os.path.isabs(path):
             path = os.path.abspath(path)
         return fs, path, _shown_pair(fs, path)
@@ -491,8 +498,6 @@ def _final(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _short(error: BaseException) -> str:
-    from .uri import redact
-
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return redact(f"{type(error).__name__}: {text}"[:300])
 
@@ -774,13 +779,15 @@ def copy(
     dry_run: bool = False,
     policy: RetryPolicy | None = None,
     progress: Callable[[CopyProgress], None] | None = None,
+    config: WrapperConfig | None = None,
 ) -> CopyResult:
     """Copy a file or (``recursive=True``) a directory tree from ``src`` to ``dst``.
 
     ``src`` and ``dst`` are URIs (``s3://bucket/ckpt?retry_max_attempts=8``, with ``retry_*``
     parameters, see `retryfs.from_uri`), local paths, or ``(filesystem, path)`` pairs where the
-    filesystem is a pyarrow or fsspec one (wrapped in `RetryingFileSystem` with ``policy``
-    unless it is one already). Upload, download and remote to remote alike.
+    filesystem is a pyarrow or fsspec one (wrapped in `RetryingFileSystem` with ``config`` and
+    ``policy`` unless it is a retryfs wrapper already, whose settings are kept).
+    Upload, download and remote to remote alike.
 
     - A directory's files land at ``dst/<path relative to src>`` (the contents of ``src``, not
       ``src`` itself, so the same command run again maps to the same objects). A single file
@@ -810,8 +817,10 @@ def copy(
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     started = time.monotonic()
-    src_fs, src_path, src_shown = _wrap(src, policy, "src")
-    dst_fs, dst_path, dst_shown = _wrap(dst, policy, "dst")
+    if config is not None and not isinstance(config, WrapperConfig):
+        raise TypeError(f"config must be a WrapperConfig, got {type(config).__name__}")
+    src_fs, src_path, src_shown = _wrap(src, config, policy, "src")
+    dst_fs, dst_path, dst_shown = _wrap(dst, config, policy, "dst")
     copier = _Copier(src_fs, dst_fs, verify=verify, resume=resume, dry_run=dry_run,
                      workers=workers, progress=progress)
     hooks = {id(fs.stats): fs.stats for fs in (src_fs, dst_fs)}

@@ -1,0 +1,651 @@
+"""A wrapper's settings: one frozen `WrapperConfig`, the options it holds, and how they merge.
+
+Every option of a retryfs wrapper is written here once: its type, default, range and
+``RETRYFS_*`` / ``retry_*`` name (`PARAMETERS`). Both faces (`retryfs.RetryingFileSystem`,
+the fsspec ``retry`` protocol), `retryfs.from_uri`, the ``retryfs`` command and `retryfs.copy`
+take a `WrapperConfig` and hand it on whole; converting between faces, pickling to a Ray
+worker and comparing two wrappers are all about this one value.
+
+Layers, lowest first (`merge`): built-in defaults, ``RETRYFS_*`` environment variables, code
+(keyword arguments), URL parameters / protocol options. A value is checked once, when the
+`WrapperConfig` is built: a wrong type is a ``TypeError``, a value out of range or a string that
+does not parse a ``ValueError`` naming the option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .budget import RetryBudget, normalize_budget
+from .classify import ErrorClassifier
+from .policy import ALL_OPERATION_GROUPS, GROUPS, RetryPolicy, resolve_overrides
+from .stats import RetryStats
+from .timeouts import TIMED_GROUPS, resolve_timeouts
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_SPOOL_MEMORY",
+    "OPTIONS",
+    "PARAMETERS",
+    "Layer",
+    "Parameter",
+    "WrapperConfig",
+    "config_from_env",
+    "config_from_options",
+    "config_from_query",
+    "merge",
+]
+
+#: Bytes of a write kept in memory for replay before the spool spills to a temporary file.
+DEFAULT_SPOOL_MEMORY = 32 * 1024 * 1024
+#: The most attempts the native client may make inside one retryfs attempt.
+NATIVE_ATTEMPTS_MAX = 100
+BACKENDS = ("auto", "arrow", "fsspec")
+_PREFIX = "retry_"
+_ENV_PREFIX = "RETRYFS_"
+
+#: The options of a wrapper, in the order of `WrapperConfig`'s fields.
+OPTIONS: tuple[str, ...] = ("policy", "per_operation", "classifier", "retryable_messages",
+                            "verify_writes", "spool_memory", "budget", "timeout",
+                            "native_attempts", "stats")
+
+
+# -- one wrapper's settings ----------------------------------------------------------------------
+
+def _type_error(name: str, expected: str, value: Any) -> TypeError:
+    return TypeError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class WrapperConfig:
+    """Every setting of one retryfs wrapper, checked, immutable, shared by both faces.
+
+    - ``policy``: the base `RetryPolicy`; ``per_operation``: ``{group or operation: policy}``
+      (a mapping of fields is applied over ``policy``).
+    - ``classifier`` and ``retryable_messages`` (extra texts that mean transient).
+    - ``verify_writes`` (bool), ``spool_memory`` (bytes >= 0), ``budget`` (a `RetryBudget`,
+      True for the default one, False/None for none), ``timeout`` (seconds per attempt of the
+      read and metadata operations, or ``{group or operation: seconds}``), ``native_attempts``
+      (1 to 100, or None: leave the client's own retries alone).
+    - ``stats``: the `RetryStats` to count into. It is state, not configuration: it takes no
+      part in equality and does not travel by pickle (a worker counts afresh).
+
+    Bools also take exactly ``true``/``false``, ``1``/``0``, ``yes``/``no`` (any case), sizes
+    ``32MiB``-style strings. `policy_for` picks an operation's policy.
+
+    A `WrapperConfig` is complete: handed to a face or to `retryfs.from_uri` as ``config=``, the
+    environment does not fill it in again (URL parameters and protocol options still apply).
+    """
+
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    per_operation: Mapping[str, Any] = field(default_factory=dict)
+    classifier: ErrorClassifier = field(default_factory=ErrorClassifier)
+    retryable_messages: tuple[str, ...] = ()
+    verify_writes: bool = True
+    spool_memory: int = DEFAULT_SPOOL_MEMORY
+    budget: Any = True
+    timeout: Any = None
+    native_attempts: int | None = None
+    stats: RetryStats | None = None
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        if not isinstance(self.policy, RetryPolicy):
+            raise _type_error("policy", "a RetryPolicy", self.policy)
+        if not isinstance(self.per_operation, Mapping):
+            raise _type_error("per_operation", "a mapping of group or operation to a "
+                              "RetryPolicy (or a mapping of its fields)", self.per_operation)
+        for key in self.per_operation:
+            if not isinstance(key, str) or not key:
+                raise _type_error("per_operation key", "a group or operation name", key)
+        put("per_operation", resolve_overrides(self.policy, self.per_operation))
+        if not isinstance(self.classifier, ErrorClassifier):
+            raise _type_error("classifier", "an ErrorClassifier", self.classifier)
+        messages = self.retryable_messages
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
+            raise _type_error("retryable_messages", "a sequence of strings (not a string)",
+                              messages)
+        messages = tuple(messages)
+        for text in messages:
+            if not isinstance(text, str):
+                raise _type_error("retryable_messages item", "a string", text)
+        put("retryable_messages", tuple(dict.fromkeys(messages)))
+        put("verify_writes", _checked("verify_writes", _bool, self.verify_writes))
+        put("spool_memory", _checked("spool_memory", _size, self.spool_memory))
+        budget = self.budget
+        if isinstance(budget, str):
+            budget = _checked("budget", _bool, budget)
+        put("budget", normalize_budget(budget))
+        put("timeout", _timeout_spec(self.timeout))
+        put("native_attempts", _checked("native_attempts", _native_attempts,
+                                        self.native_attempts))
+        if self.stats is not None and not isinstance(self.stats, RetryStats):
+            raise _type_error("stats", "a RetryStats (or None)", self.stats)
+        effective = self.classifier
+        if messages:
+            effective = effective.with_messages(
+                m for m in self.retryable_messages if m not in effective.retryable_messages)
+        put("_effective_classifier", effective)
+
+    # -- use -------------------------------------------------------------------------------------
+    @property
+    def effective_classifier(self) -> ErrorClassifier:
+        """``classifier`` with ``retryable_messages`` added: what decides."""
+        return self.__dict__["_effective_classifier"]
+
+    def policy_for(self, operation: str,
+                   groups: Mapping[str, str] = ALL_OPERATION_GROUPS) -> RetryPolicy:
+        """The policy of an operation: its own override, else its group's, else ``policy``."""
+        overrides = self.per_operation
+        if overrides:
+            found = overrides.get(operation)
+            if found is not None:
+                return found
+            group = groups.get(operation)
+            if group is not None and group in overrides:
+                return overrides[group]
+        return self.policy
+
+    def timeouts_for(self, operation_groups: Mapping[str, str]) -> dict[str, float]:
+        """``{operation: seconds}`` for the operations of one face (its names and groups)."""
+        return resolve_timeouts(self.timeout or None, operation_groups, strict=False)
+
+    def replace(self, **changes: Any) -> WrapperConfig:
+        """A copy with some options changed (checked like a new one)."""
+        _check_names(changes, "WrapperConfig option")
+        return dataclasses.replace(self, **changes)
+
+    def options(self) -> dict[str, Any]:
+        """The options as keyword arguments (``WrapperConfig(**c.options()) == c``)."""
+        return {name: getattr(self, name) for name in OPTIONS}
+
+    # -- identity --------------------------------------------------------------------------------
+    def _key(self) -> tuple[Any, ...]:
+        return (self.policy, tuple(sorted(self.per_operation.items())), self.classifier,
+                self.retryable_messages, self.verify_writes, self.spool_memory, self.budget,
+                tuple(sorted(self.timeout.items())), self.native_attempts)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WrapperConfig):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled without ``stats``: counters are per process."""
+        options = self.options()
+        del options["stats"]
+        return (_rebuild_config, (options,))
+
+
+def _rebuild_config(options: dict[str, Any]) -> WrapperConfig:
+    return WrapperConfig(**options)
+
+
+def _checked(name: str, parse: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return parse(value)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {exc}") from None
+
+
+def _timeout_spec(value: Any) -> dict[str, float]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        spec = dict(value)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _type_error("timeout", "seconds (a number), a mapping of group or operation to "
+                          "seconds, or None", value)
+    else:
+        spec = {group: value for group in TIMED_GROUPS}
+    resolve_timeouts(spec, ALL_OPERATION_GROUPS)  # checks names, groups and seconds
+    return {key: float(seconds) for key, seconds in spec.items()}
+
+
+def _check_names(given: Mapping[str, Any], what: str) -> None:
+    unknown = [name for name in given if name not in OPTIONS]
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(str(name), OPTIONS, n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(f"unknown {what} {name!r}{hint}; valid: {', '.join(OPTIONS)}")
+
+
+def check_operation_names(config: WrapperConfig,
+                          is_operation: Callable[[str], bool] | None = None,
+                          describe: str = "") -> None:
+    """Every ``per_operation`` key names a group or an operation (``is_operation``: more)."""
+    for key in config.per_operation:
+        if key in GROUPS or key in ALL_OPERATION_GROUPS or (
+                is_operation is not None and is_operation(key)):
+            continue
+        raise ValueError(
+            f"per_operation key {key!r} is neither a group ({', '.join(GROUPS)}) nor an "
+            f"operation ({', '.join(sorted(ALL_OPERATION_GROUPS))}){describe}")
+
+
+# -- parsing option values (URL parameters, environment variables, protocol options) --------
+
+def _int(value: Any, low: int = 1, high: int | None = None) -> int:
+    bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+    if isinstance(value, (bool, float)) or not isinstance(value, (int, str)):
+        raise TypeError(f"expected an integer {bound}, got {type(value).__name__} {value!r}")
+    if isinstance(value, int):
+        number = value
+    else:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise ValueError(f"expected an integer {bound}, got {value!r}") from None
+    if number < low or (high is not None and number > high):
+        raise ValueError(f"expected an integer {bound}, got {value!r}")
+    return number
+
+
+def _float(value: Any, low: float = 0.0, inclusive: bool = True) -> float:
+    bound = f">= {low:g}" if inclusive else f"> {low:g}"
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number {bound}, got {value!r}")
+    try:
+        number = float(value if isinstance(value, (int, float)) else str(value).strip())
+    except (ValueError, OverflowError):
+        raise ValueError(f"expected a number {bound}, got {value!r}") from None
+    if not math.isfinite(number) or number < low or (number == low and not inclusive):
+        raise ValueError(f"expected a finite number {bound}, got {value!r}")
+    return number
+
+
+_TRUE = frozenset({"1", "true", "yes"})
+_FALSE = frozenset({"0", "false", "no"})
+
+
+def _bool(value: Any) -> bool:
+    """A bool, or exactly true/false, 1/0, yes/no in any case (anything else: ValueError)."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"expected a bool (or true/false, 1/0, yes/no), got "
+                        f"{type(value).__name__} {value!r}")
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"expected true/false, 1/0 or yes/no (any case), got {value!r}")
+
+
+_NONE = {"", "none", "null", "off"}
+
+
+def _seconds_or_none(value: Any) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
+        return None
+    return _float(value, 0.0, inclusive=False)
+
+
+_SIZE = re.compile(r"(?i)^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$")
+_UNITS = {None: 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024**2, "mib": 1024**2,
+          "mb": 1000**2, "g": 1024**3, "gib": 1024**3, "gb": 1000**3}
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"expected a size in bytes (an int, or a string such as 32MiB), got "
+                        f"{type(value).__name__} {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"expected a size in bytes >= 0, got {value!r}")
+        return value
+    match = _SIZE.match(str(value))
+    if match is None:
+        raise ValueError(f"expected a size in bytes (e.g. 33554432, 32MiB, 500MB), got {value!r}")
+    unit = match.group(2).lower() if match.group(2) else None
+    return int(match.group(1)) * _UNITS[unit]
+
+
+def _native_attempts(value: Any) -> int | None:
+    """1 to 100 attempts of the native client, or None (``none``): its own setting."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
+        return None
+    return _int(value, high=NATIVE_ATTEMPTS_MAX)
+
+
+def _backend(value: Any) -> str:
+    text = str(value).strip().lower()
+    text = "arrow" if text == "pyarrow" else text
+    if text not in BACKENDS:
+        raise ValueError(f"expected one of {', '.join(BACKENDS)}, got {value!r}")
+    return text
+
+
+def _messages(value: Any) -> tuple[str, ...]:
+    """Texts separated by ``|`` in a string; a list or tuple of texts is taken as it is."""
+    if isinstance(value, (list, tuple)):
+        return tuple(str(item) for item in value)
+    return tuple(part for part in str(value).split("|") if part)
+
+
+def _budget(value: Any) -> Any:
+    """A `RetryBudget` or a mapping of its fields as they are, else a bool."""
+    if isinstance(value, (RetryBudget, Mapping)):
+        return value
+    return _bool(value)
+
+
+def _timeout(value: Any) -> Any:
+    """Seconds (``none``: no timeout), or ``{group or operation: seconds}`` as it is."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    return _seconds_or_none(value)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One ``retry_*`` URL parameter (the bare name is what the ``retry`` protocol takes)."""
+
+    name: str  # bare: "max_attempts", "write_max_attempts", "backend"
+    parse: Callable[[Any], Any]
+    default: str
+    example: str
+    help: str
+    repeatable: bool = False
+
+    @property
+    def url_name(self) -> str:
+        return _PREFIX + self.name
+
+    @property
+    def env_name(self) -> str:
+        return _ENV_PREFIX + self.name.upper()
+
+
+_POLICY_PARSERS: dict[str, tuple[Callable[[Any], Any], str, str]] = {
+    # field: (parser, example value, help)
+    "max_attempts": (_int, "8", "attempts in all, the first included (1 disables retries)"),
+    "initial_delay": (_float, "0.5", "seconds before the first retry"),
+    "multiplier": (lambda v: _float(v, 1.0), "3", "each retry waits this many times longer"),
+    "max_delay": (_float, "30", "cap on one wait, in seconds"),
+    "jitter": (_bool, "false", "full jitter on every wait (true/false)"),
+    "deadline": (_seconds_or_none, "120", "bound on one operation's total time, sleeps "
+                                          "included, in seconds (`none`: no bound)"),
+    "throttle_factor": (lambda v: _float(v, 1.0), "4", "throttling errors (SlowDown, 429) "
+                                                       "wait this many times longer"),
+}
+_DEFAULT_POLICY = RetryPolicy()
+
+
+def _shown_default(field_name: str) -> str:
+    value = getattr(_DEFAULT_POLICY, field_name)
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _build_parameters() -> dict[str, Parameter]:
+    params: dict[str, Parameter] = {}
+    for name, (parse, example, text) in _POLICY_PARSERS.items():
+        params[name] = Parameter(name, parse, _shown_default(name), example, text)
+    for group in GROUPS:
+        for name, (parse, example, _text) in _POLICY_PARSERS.items():
+            bare = f"{group}_{name}"
+            params[bare] = Parameter(bare, parse, f"`retry_{name}`", example,
+                                     f"{name} of the {group} operations only")
+    params["backend"] = Parameter(
+        "backend", _backend, "auto", "fsspec",
+        "`arrow`: pyarrow's filesystem for the scheme; `fsspec`: the fsspec one (s3fs, gcsfs, "
+        "adlfs...); `auto`: pyarrow for s3, gs/gcs, abfs/abfss, file, local paths, mock, hdfs, "
+        "fsspec for the rest (memory, http/https, az, ...)")
+    params["verify_writes"] = Parameter(
+        "verify_writes", _bool, "true", "false",
+        "check after each commit that the object holds the bytes written (one metadata call)")
+    params["spool_memory"] = Parameter(
+        "spool_memory", _size, "32MiB", "128MiB",
+        "bytes of a write kept in memory for replay before the spool spills to a temporary file")
+    params["native_attempts"] = Parameter(
+        "native_attempts", _native_attempts, "1", "3",
+        "attempts the native client makes inside one retryfs attempt (pyarrow's S3FileSystem "
+        "only; kept after pickling); 1 makes retryfs the only retry layer")
+    params["retryable_messages"] = Parameter(
+        "retryable_messages", _messages, "(none)", "Connection%20closed%7CAWS%20Error%20UNKNOWN",
+        "extra error texts that mean transient, separated by `|` (or repeat the parameter)",
+        repeatable=True)
+    params["budget"] = Parameter(
+        "budget", _budget, "true", "false",
+        "the per-endpoint retry budget (token bucket) that stops retry storms in an outage")
+    params["timeout"] = Parameter(
+        "timeout", _timeout, "none", "30",
+        "per-attempt timeout in seconds of read and metadata operations (an attempt that "
+        "takes longer is abandoned and retried)")
+    for group in TIMED_GROUPS:
+        params[f"{group}_timeout"] = Parameter(
+            f"{group}_timeout", _seconds_or_none, "`retry_timeout`", "10",
+            f"per-attempt timeout of the {group} operations only")
+    return params
+
+
+#: Every ``retry_*`` parameter, by bare name (``max_attempts`` for ``retry_max_attempts``).
+PARAMETERS: dict[str, Parameter] = _build_parameters()
+_URL_ONLY = frozenset({"backend"})  # meaningless for the retry protocol's options
+
+
+def _bare(name: str) -> str:
+    return name
+
+
+@dataclass
+class Layer:
+    """One layer of parsed settings (the environment's, a URL's, a protocol's options)."""
+
+    policy: dict[str, Any] = field(default_factory=dict)  # RetryPolicy field -> value
+    per_group: dict[str, dict[str, Any]] = field(default_factory=dict)  # group -> fields
+    options: dict[str, Any] = field(default_factory=dict)  # backend, verify_writes, ...
+    timeouts: dict[str, Any] = field(default_factory=dict)  # "" (all) / group -> s
+    describe: Callable[[str], str] = _bare  # a bare name as the user wrote it
+
+    def update(self, other: Layer) -> Layer:
+        """``self`` overridden by ``other`` (field by field), in place; returns ``self``."""
+        self.policy.update(other.policy)
+        for group, fields in other.per_group.items():
+            self.per_group.setdefault(group, {}).update(fields)
+        self.options.update(other.options)
+        self.timeouts.update(other.timeouts)
+        return self
+
+    def make_policy(self, base: RetryPolicy | None = None) -> RetryPolicy:
+        """``base`` (default: ``RetryPolicy()``) with this layer's fields."""
+        return _validated(base or RetryPolicy(), self.policy, self.describe)
+
+    def per_operation(self, policy: RetryPolicy) -> dict[str, RetryPolicy]:
+        """``{group: policy}`` for the per-group fields, each over ``policy``."""
+        describe = self.describe
+        return {group: _validated(policy, fields, lambda n, g=group: describe(f"{g}_{n}"))
+                for group, fields in self.per_group.items() if fields}
+
+    def timeout(self) -> Any:
+        """The ``timeout`` option of this layer (``None``: no timeouts)."""
+        everywhere = self.timeouts.get("")
+        groups = {g: s for g, s in self.timeouts.items() if g and s is not None}
+        if isinstance(everywhere, Mapping):
+            return {**everywhere, **groups}
+        if not groups:
+            return everywhere
+        if everywhere is not None:
+            for group in TIMED_GROUPS:
+                groups.setdefault(group, everywhere)
+        return groups
+
+
+def _validated(base: RetryPolicy, fields: Mapping[str, Any],
+               describe: Callable[[str], str]) -> RetryPolicy:
+    try:
+        return base.replace(**fields)
+    except (TypeError, ValueError) as exc:
+        names = [describe(name) for name in fields if f".{name}" in str(exc)] or [
+            describe(name) for name in fields]
+        raise ValueError(f"{', '.join(names)}: {exc}") from None
+
+
+def _did_you_mean(bare: str, describe: Callable[[str], str], *, url: bool) -> str:
+    names = [name for name in PARAMETERS if url or name not in _URL_ONLY]
+    close = difflib.get_close_matches(bare.lower(), names, n=1, cutoff=0.75)
+    return f" (did you mean {describe(close[0])!r}?)" if close else ""
+
+
+def _valid_list(describe: Callable[[str], str], *, url: bool) -> str:
+    names = [describe(name) for name in PARAMETERS if url or name not in _URL_ONLY]
+    return ", ".join(names)
+
+
+def _parse_into(config: Layer, items: Iterable[tuple[str, Any]], *,
+                describe: Callable[[str], str], url: bool, what: str) -> Layer:
+    seen: set[str] = set()
+    for bare, raw in items:
+        param = PARAMETERS.get(bare)
+        if param is None or (not url and bare in _URL_ONLY):
+            raise ValueError(f"unknown {what} {describe(bare)!r}"
+                             f"{_did_you_mean(bare, describe, url=url)}; valid: "
+                             f"{_valid_list(describe, url=url)}")
+        if bare in seen and not param.repeatable:
+            raise ValueError(f"{what} {describe(bare)!r} is given more than once")
+        seen.add(bare)
+        try:
+            value = param.parse(raw)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{what} {describe(bare)}: {exc}") from None
+        if bare in _POLICY_PARSERS:
+            config.policy[bare] = value
+        elif bare in ("timeout", "read_timeout", "metadata_timeout"):
+            config.timeouts["" if bare == "timeout" else bare[: -len("_timeout")]] = value
+        elif bare in PARAMETERS and "_" in bare and bare.split("_", 1)[0] in GROUPS:
+            group, name = bare.split("_", 1)
+            config.per_group.setdefault(group, {})[name] = value
+        elif param.repeatable:
+            config.options[bare] = tuple(config.options.get(bare, ())) + tuple(value)
+        else:
+            config.options[bare] = value
+    return config
+
+
+def _url_name(bare: str) -> str:
+    return _PREFIX + bare
+
+
+def _env_name(bare: str) -> str:
+    return _ENV_PREFIX + bare.upper()
+
+
+def config_from_query(pairs: Iterable[tuple[str, str]]) -> Layer:
+    """Parse ``retry_*`` URL parameters (names with their prefix, values decoded)."""
+    items = []
+    for name, value in pairs:
+        if not name.startswith(_PREFIX):
+            raise ValueError(f"not a retry parameter: {name!r}")
+        items.append((name[len(_PREFIX):], value))
+    layer = Layer(describe=_url_name)
+    return _parse_into(layer, items, describe=_url_name, url=True, what="URL parameter")
+
+
+def config_from_env(environ: Mapping[str, str] | None = None, *, url: bool = True
+                    ) -> Layer:
+    """The ``RETRYFS_*`` defaults in ``environ`` (default: ``os.environ``).
+
+    Variables that are not parameters (``RETRYFS_NO_SLEEP``...) are ignored; a parameter's
+    variable with a bad value is a ``ValueError`` naming the variable.
+    """
+    environ = os.environ if environ is None else environ
+    items = []
+    for name, value in environ.items():
+        if not name.startswith(_ENV_PREFIX):
+            continue
+        bare = name[len(_ENV_PREFIX):].lower()
+        if bare in PARAMETERS and (url or bare not in _URL_ONLY):
+            items.append((bare, value))
+    return _parse_into(Layer(describe=_env_name), sorted(items), describe=_env_name,
+                       url=url, what="environment variable")
+
+
+def config_from_options(options: Mapping[str, Any]) -> Layer:
+    """Parse the ``retry`` protocol's options (bare names, typed or string values)."""
+    return _parse_into(Layer(), options.items(), describe=lambda n: n, url=False,
+                       what="retry option")
+
+
+
+
+# -- the layered merge ---------------------------------------------------------------------------
+
+_SCALARS = ("verify_writes", "spool_memory", "budget", "native_attempts")
+
+
+def merge(*, code: Mapping[str, Any] | None = None, top: Layer | None = None,
+          env: Layer | None = None, defaults: Mapping[str, Any] | None = None) -> WrapperConfig:
+    """One `WrapperConfig` from the layers, lowest first: ``defaults`` (code-typed options that
+    differ from the built-in defaults, e.g. ``from_uri``'s ``native_attempts=1``), ``env``
+    (``RETRYFS_*``), ``code`` (keyword arguments: the options of `OPTIONS`), ``top`` (URL
+    parameters or protocol options).
+
+    A whole ``policy`` from code replaces the environment's policy fields; the fields of
+    ``top`` apply over it. Per-group fields apply over the entry below them. Error texts
+    (``retryable_messages``) add up across layers. A timeout from ``top`` is merged group by
+    group over the environment's; otherwise code's timeout replaces the environment's.
+    """
+    code = dict(code or {})
+    _check_names(code, "option")
+    env = env or Layer()
+    top = top or Layer()
+    chosen: dict[str, Any] = dict(defaults or {})
+
+    base = code.pop("policy", None)
+    if base is None:
+        base = env.make_policy()
+    elif not isinstance(base, RetryPolicy):
+        raise _type_error("policy", "a RetryPolicy", base)
+    policy = top.make_policy(base)
+    per_operation: dict[str, Any] = dict(env.per_operation(policy))
+    given = code.pop("per_operation", None)
+    if given is not None:
+        if not isinstance(given, Mapping):
+            raise _type_error("per_operation", "a mapping", given)
+        per_operation.update(resolve_overrides(policy, given, check=False))
+    for group, fields in top.per_group.items():
+        per_operation[group] = _validated(per_operation.get(group, policy), fields,
+                                          lambda n, g=group: top.describe(f"{g}_{n}"))
+
+    for name in _SCALARS:
+        if name in top.options:
+            chosen[name] = top.options[name]
+        elif name in code:
+            chosen[name] = code.pop(name)
+        elif name in env.options:
+            chosen[name] = env.options[name]
+        code.pop(name, None)
+    messages = code.pop("retryable_messages", ())
+    if isinstance(messages, (str, bytes)):
+        raise _type_error("retryable_messages", "a sequence of strings (not a string)",
+                          messages)
+    chosen["retryable_messages"] = (*env.options.get("retryable_messages", ()),
+                                    *messages, *top.options.get("retryable_messages", ()))
+    if top.timeouts:
+        timeout = Layer(timeouts=dict(env.timeouts)).update(top).timeout()
+    elif "timeout" in code:
+        timeout = code.pop("timeout")
+    else:
+        timeout = env.timeout()
+    code.pop("timeout", None)
+    chosen.update(code)  # classifier, stats
+    return WrapperConfig(policy=policy, per_operation=per_operation, timeout=timeout, **chosen)
+

@@ -1,0 +1,273 @@
+"""The files of the fsspec face: reads that resume, writes that replay, an async reader.
+
+`RetryReadFile` and `RetryWriteFile` are the pyarrow face's resumable/replayable streams
+(`retryfs.streams`) dressed as fsspec files; `InnerFile` is how those streams see an fsspec file
+(``discard`` drops a broken upload, never commits it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from fsspec.spec import AbstractBufferedFile
+
+from .engine import Retrier
+from .redact import redact
+from .streams import ReplayableOutputStream, ResumableInputFile
+
+__all__ = ["AsyncRetryReadFile", "InnerFile", "RetryReadFile", "RetryWriteFile"]
+
+
+class _Face(Protocol):
+    """What the files need of the filesystem that opened them."""
+
+    retrier: Retrier
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]: ...
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any: ...
+
+
+class InnerFile:
+    """An fsspec file as the retrying streams see it: ``discard`` drops it, never commits it.
+
+    fsspec's buffered files commit on ``close`` (and on garbage collection), so a broken upload
+    is discarded (s3fs aborts the multipart upload) and marked closed; a local file that cannot
+    be discarded (``autocommit``) is closed, the replay rewrites it from the start.
+    """
+
+    __slots__ = ("file",)
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file, name)
+
+    def read(self, *args: Any) -> Any:
+        return self.file.read(*args)
+
+    def write(self, data: Any) -> Any:
+        return self.file.write(data)
+
+    def flush(self) -> Any:
+        return self.file.flush()
+
+    def close(self) -> Any:
+        return self.file.close()
+
+    def discard(self) -> None:
+        file = self.file
+        mode = getattr(file, "mode", "rb")
+        try:
+            if "r" in mode and "+" not in mode:
+                file.close()
+            elif isinstance(file, AbstractBufferedFile):
+                try:
+                    file.discard()
+                finally:
+                    file.closed = True  # its __del__ must not commit the broken upload
+            else:
+                try:
+                    file.discard()
+                except Exception:  # noqa: BLE001 - autocommit local file: close it
+                    file.close()
+        except Exception:  # noqa: BLE001 - the file is broken already; its error was handled
+            pass
+
+
+class RetryReadFile(ResumableInputFile):
+    """A file open for reading whose reads resume after a failure (see `ResumableInputFile`).
+
+    Quacks like an fsspec file: ``size``, ``path``, ``fs``, ``mode``, ``loc``, ``info()``,
+    ``readline``, iteration, ``seek``/``tell``, context manager.
+    """
+
+    def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile,
+                 reopen: Callable[[], InnerFile], retrier: Retrier) -> None:
+        seekable = bool(getattr(inner, "seekable", lambda: False)())
+        super().__init__(path, inner, reopen, retrier, seekable=seekable)
+        self.fs = fs
+        self.mode = mode
+        self._details = getattr(inner.file, "details", None)
+
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        return self._length()
+
+    def _length(self) -> int:
+        if self._size is None:
+            self._size = ResumableInputFile.size(self)
+        return self._size
+
+    @property
+    def loc(self) -> int:
+        return self.tell()
+
+    def _end(self) -> int:
+        return self._length()
+
+    def readline(self, size: int | None = -1) -> bytes:
+        if size is not None and size >= 0:
+            return super().readline(size)
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        with self._lock:
+            line = self._retrier.call("read", self.path, self._attempt, _readline)
+            self._pos += len(line)
+            self._inner_pos = self._pos
+        return line
+
+    def info(self) -> dict[str, Any]:
+        if self._details is not None:
+            return dict(self._details)
+        return self.fs.info(self.path)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return self.info()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reopen_read, (self.fs, self.path, self.mode, self.tell())
+
+    def __repr__(self) -> str:
+        return redact(f"<RetryReadFile {self.path!r} at {self._pos}>")
+
+
+def _readline(inner: Any) -> bytes:
+    line = inner.readline()
+    return bytes(line) if not isinstance(line, bytes) else line
+
+
+def _reopen_read(fs: _Face, path: str, mode: str, position: int) -> RetryReadFile:
+    file = fs.open(path, mode)
+    file.seek(position)
+    return file
+
+
+class RetryWriteFile(ReplayableOutputStream):
+    """A file open for writing that replays into a fresh upload when one fails (see
+    `ReplayableOutputStream`). Quacks like an fsspec file: ``path``, ``fs``, ``mode``, ``loc``,
+    ``commit()``/``discard()`` (transactions), context manager."""
+
+    def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile,
+                 reopen: Callable[[], InnerFile], retrier: Retrier, *,
+                 verify: Callable[[str, int], bool] | None, spool_memory: int,
+                 autocommit: bool) -> None:
+        super().__init__(path, inner, reopen, retrier, verify=verify, spool_memory=spool_memory)
+        self.fs = fs
+        self.mode = mode
+        self.autocommit = autocommit
+        self._last_inner = inner
+
+    @property
+    def loc(self) -> int:
+        return self.tell()
+
+    def commit(self) -> None:
+        """Commit a file written inside a transaction (``autocommit=False``)."""
+        inner = self._last_inner
+        self._retrier.call("commit", self.path, inner.file.commit)
+
+    def discard(self) -> None:
+        """Throw the file away without committing it."""
+        if not self.closed:
+            self._failed = True  # close() now discards instead of committing
+            self.close()
+        else:
+            inner = self._last_inner
+            if hasattr(inner.file, "discard"):
+                inner.file.discard()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise RuntimeError("Pickling a writeable file is not supported")
+
+    def __repr__(self) -> str:
+        return redact(f"<RetryWriteFile {self.path!r} {self.tell()} bytes written>")
+
+
+class AsyncRetryReadFile:
+    """The async reader of `AsyncRetryFileSystem.open_async`: reads resume after a failure.
+
+    A failed read reopens the stream and skips to the same offset (async streams cannot seek).
+    """
+
+    def __init__(self, fs: Any, path: str, mode: str,
+                 kwargs: Mapping[str, Any]) -> None:
+        self.fs = fs
+        self.path = path
+        self.mode = mode
+        self._kwargs = dict(kwargs)
+        self._inner: Any = None
+        self.loc = 0
+        self.closed = False
+        self._lock = asyncio.Lock()
+
+    @property
+    def size(self) -> int | None:
+        return getattr(self._inner, "size", None)
+
+    def tell(self) -> int:
+        return self.loc
+
+    async def _first_open(self) -> None:
+        await self.fs.retrier.acall("open_input_file", self.path, self._reopen)
+
+    async def _reopen(self) -> None:
+        inner = await self.fs.fs.open_async(self.path, self.mode, **self._kwargs)
+        try:
+            remaining = self.loc
+            while remaining:
+                chunk = await inner.read(min(remaining, 8 * 1024 * 1024))
+                if not chunk:
+                    raise OSError(f"{self.path!r} ended before offset {self.loc} on reopen")
+                remaining -= len(chunk)
+        except BaseException:
+            await _aclose_quietly(inner)
+            raise
+        self._inner = inner
+
+    async def read(self, length: int = -1) -> bytes:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+
+        async def attempt() -> bytes:
+            if self._inner is None:
+                await self._reopen()
+            try:
+                return await self._inner.read(length)
+            except BaseException:
+                inner, self._inner = self._inner, None
+                await _aclose_quietly(inner)
+                raise
+
+        async with self._lock:
+            data = await self.fs.retrier.acall("read", self.path, attempt)
+            self.loc += len(data)
+        return data
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            inner, self._inner = self._inner, None
+            if inner is not None:
+                await _aclose_quietly(inner)
+
+    async def __aenter__(self) -> AsyncRetryReadFile:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+async def _aclose_quietly(file: Any) -> None:
+    try:
+        result = file.close()
+        if inspect.isawaitable(result):
+            await result
+    except Exception:  # noqa: BLE001 - a broken stream
+        pass
+
