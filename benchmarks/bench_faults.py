@@ -37,7 +37,7 @@ from benchmarks.common import Tree, ray_wrapper, scratch, table
 from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault, S3FaultEndpoint
 
 BUCKET = "bench-faults"
-QUICK_TREE = Tree(big_files=1, big_mib=12, small_files=10, small_kib=64)
+QUICK_TREE = Tree(big_files=1, big_mib=12, small_files=5, small_kib=64)
 FULL_TREE = Tree(big_files=1, big_mib=128, small_files=200, small_kib=64)
 
 

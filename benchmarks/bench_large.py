@@ -146,7 +146,8 @@ def per_file_cost(counts: list[int], rounds: int) -> list[str]:
                 return run
 
             results = interleave({name: copy(name, fs) for name, fs in fss.items()},
-                                 rounds if n < 10000 else max(3, rounds // 2), warmup=n <= 1000)
+                                 rounds if n < 10000 else max(3, rounds // 2),
+                                 warmup=rounds > 2 and n <= 1000)
             shutil.rmtree(src)
             rel = ratios(results, UNWRAPPED)
             rows.append([f"{n}", *(f"{Figure.of(results[name]).median:.0f} "
@@ -162,8 +163,8 @@ def run(quick: bool) -> list[str]:
         with scratch("large", root=tempfile.gettempdir()) as work, seaweed_s3(work) as server:
             server.pyarrow_fs().create_dir(BUCKET)
             if quick:
-                tables += large_objects(server, work, [(64 * MiB, True)])
-                tables += peak_rss(server, work, 256 * MiB, 1)
+                tables += large_objects(server, work, [(32 * MiB, False)])
+                tables += peak_rss(server, work, 128 * MiB, 1)
             else:
                 tables += large_objects(server, work, [(1 << 30, True), (4 << 30, False)])
                 tables += peak_rss(server, work, 1 << 30, 2)
