@@ -164,7 +164,7 @@ def run(quick: bool) -> list[str]:
             server.pyarrow_fs().create_dir(BUCKET)
             if quick:
                 tables += large_objects(server, work, [(32 * MiB, False)])
-                tables += peak_rss(server, work, 128 * MiB, 1)
+                tables += peak_rss(server, work, 64 * MiB, 1)
             else:
                 tables += large_objects(server, work, [(1 << 30, True), (4 << 30, False)])
                 tables += peak_rss(server, work, 1 << 30, 2)

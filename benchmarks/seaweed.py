@@ -104,9 +104,9 @@ def seaweed_s3(root: str | None = None, timeout: float = 60.0) -> Iterator[Seawe
                 time.sleep(0.5)
         yield server
     finally:
-        process.terminate()
+        process.terminate()  # weed drains for about 10 s on SIGTERM; its data is thrown away
         try:
-            process.wait(10)
+            process.wait(1)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
