@@ -13,7 +13,7 @@ import enum
 import errno
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = ["Decision", "ErrorClassifier", "Rule", "exception_chain", "http_status_of"]
 
@@ -292,6 +292,12 @@ def exception_chain(exc: BaseException, limit: int = 16) -> Iterator[BaseExcepti
         for nxt in (current.__cause__, current.__context__):
             if nxt is not None:
                 stack.append(nxt)
+
+
+class Classifier(Protocol):
+    """What the retry engine asks of a classifier (`ErrorClassifier` is the one retryfs has)."""
+
+    def classify(self, exc: BaseException) -> Decision: ...
 
 
 class ErrorClassifier:

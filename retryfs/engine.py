@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .budget import TokenBucket
-from .classify import Decision, ErrorClassifier, exception_chain
+from .classify import Classifier, Decision, exception_chain
 from .policy import RetryPolicy
 from .stats import RetryEvent, RetryStats
 from .timeouts import AttemptTimeoutError, wait_for_attempt
@@ -205,7 +205,7 @@ class Retrier:
     def __init__(
         self,
         policy_for: Callable[[str], RetryPolicy],
-        classifier: ErrorClassifier,
+        classifier: Classifier,
         stats: RetryStats,
         sleep: Callable[[float], None] = _sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -326,39 +326,26 @@ class Retrier:
                 reconcile: Callable[[BaseException], bool] | None, started: float) -> T:
         """Go on after a first attempt ``fn(*args, **kwargs)``, begun at ``started`` on this
         retrier's clock, failed with ``error``. Call it outside the ``except`` block that
-        caught ``error``.
+        caught ``error``. The sync driver of the loop: `_Call` makes every decision.
         """
-        end = self._end(self.policy_for(operation), started)
-        # The retries' nested calls (a reopen, a replay) give up by the same end.
-        token = None if end is None else _operation_end.set((self.clock, end))
+        call = _Call(self, operation, path, reconcile, started)
+        token = call.publish_end()
         try:
-            attempt = 1
             while True:
-                step = self._step(operation, path, error, attempt, started, end)
-                if step.delay is None:
-                    self.stats.record_failure(operation, attempt, gave_up=step.retryable)
-                    raise error
-                wait_error = _waited(self.sleep, step.delay)
-                if wait_error is not None:  # never hide the storage error behind the sleep's
-                    self._wait_failed(operation, path, attempt, error, wait_error)
-                    raise error
-                attempt += 1
+                call.waited(_waited(self.sleep, call.after(error)), error)
                 try:
                     result = fn(*args, **kwargs)
                 except Exception as exc:  # noqa: BLE001
                     error = exc
                 else:
-                    self._succeeded(operation, attempt, step.cost)
+                    call.succeeded()
                     return result
                 # (outside the except block, so that the check's own errors are not chained
                 # to this one: classification walks __context__, and a not-found would stick)
-                if reconcile is not None and self._reconciled(operation, path, attempt,
-                                                              reconcile, error):
-                    self._succeeded(operation, attempt, step.cost)
+                if call.reconciled(error):
                     return None  # type: ignore[return-value]
         finally:
-            if token is not None:
-                _operation_end.reset(token)
+            call.withdraw_end(token)
 
     def _reconciled(self, operation: str, path: str, attempt: int,
                     reconcile: Callable[[BaseException], bool], error: BaseException) -> bool:
@@ -401,49 +388,104 @@ class Retrier:
         backoff waits with ``asyncio.sleep`` and never blocks the event loop.
         """
         timeout = self.timeouts.get(operation)
-        attempt = 1
+
+        def attempt() -> Awaitable[T]:
+            if timeout is None:
+                return fn(*args, **kwargs)
+            return wait_for_attempt(fn(*args, **kwargs), timeout, operation, path)
+
         started = self.clock()  # the deadline counts the first attempt too
-        end: float | None = None
-        token = None
-        cost = 0
+        try:
+            result = await attempt()
+        except Exception as exc:  # noqa: BLE001 - every failure is classified
+            error: Exception = exc
+        else:
+            self.first_try_succeeded(operation)
+            return result
+        # the async driver of the same loop: only the attempt and the sleep are awaited
+        call = _Call(self, operation, path, reconcile, started)
+        token = call.publish_end()
         try:
             while True:
+                delay = call.after(error)
+                wait_error: Exception | None = None
+                if delay > 0 and not sleeping_disabled():
+                    try:
+                        await (self.async_sleep or asyncio.sleep)(delay)
+                    except Exception as failed:  # noqa: BLE001 - the storage error is raised
+                        wait_error = failed
+                call.waited(wait_error, error)
                 try:
-                    if timeout is None:
-                        result = await fn(*args, **kwargs)
-                    else:
-                        result = await wait_for_attempt(fn(*args, **kwargs), timeout,
-                                                        operation, path)
-                except Exception as exc:  # noqa: BLE001 - every failure is classified
-                    if attempt > 1 and reconcile is not None and self._reconciled(
-                            operation, path, attempt, reconcile, exc):
-                        self._succeeded(operation, attempt, cost)
-                        return None  # type: ignore[return-value]
-                    if attempt == 1:
-                        end = self._end(self.policy_for(operation), started)
-                        if end is not None:  # the retries' nested calls end by it too
-                            token = _operation_end.set((self.clock, end))
-                    step = self._step(operation, path, exc, attempt, started, end)
-                    if step.delay is None:
-                        self.stats.record_failure(operation, attempt, gave_up=step.retryable)
-                        raise
-                    cost = step.cost
-                    if step.delay > 0 and not sleeping_disabled():
-                        wait_error: Exception | None = None
-                        try:
-                            await (self.async_sleep or asyncio.sleep)(step.delay)
-                        except Exception as failed:  # noqa: BLE001 - keep the storage error
-                            wait_error = failed
-                        if wait_error is not None:
-                            self._wait_failed(operation, path, attempt, exc, wait_error)
-                            raise
-                    attempt += 1
-                    continue
-                self._succeeded(operation, attempt, cost)
-                return result
+                    result = await attempt()
+                except Exception as exc:  # noqa: BLE001
+                    error = exc
+                else:
+                    call.succeeded()
+                    return result
+                if call.reconciled(error):
+                    return None  # type: ignore[return-value]
         finally:
-            if token is not None:
-                _operation_end.reset(token)
+            call.withdraw_end(token)
+
+
+class _Call:
+    """One call's way through the retry loop once its first attempt failed: every decision,
+    shared by the sync driver (`Retrier.recover`) and the async one (`Retrier.acall`), which
+    only attempt and sleep."""
+
+    __slots__ = ("retrier", "operation", "path", "reconcile", "started", "end", "attempt",
+                 "cost")
+
+    def __init__(self, retrier: Retrier, operation: str, path: str,
+                 reconcile: Callable[[BaseException], bool] | None, started: float) -> None:
+        self.retrier = retrier
+        self.operation = operation
+        self.path = path
+        self.reconcile = reconcile
+        self.started = started
+        self.end = retrier._end(retrier.policy_for(operation), started)
+        self.attempt = 1
+        self.cost = 0
+
+    def publish_end(self) -> contextvars.Token[Any] | None:
+        """The retries' nested calls (a reopen, a replay) give up by this call's end."""
+        if self.end is None:
+            return None
+        return _operation_end.set((self.retrier.clock, self.end))
+
+    def withdraw_end(self, token: contextvars.Token[Any] | None) -> None:
+        if token is not None:
+            _operation_end.reset(token)
+
+    def after(self, error: Exception) -> float:
+        """Seconds to wait before the next attempt; raises ``error`` when the call gives up."""
+        retrier = self.retrier
+        step = retrier._step(self.operation, self.path, error, self.attempt, self.started,
+                             self.end)
+        if step.delay is None:
+            retrier.stats.record_failure(self.operation, self.attempt, gave_up=step.retryable)
+            raise error
+        self.cost = step.cost
+        return step.delay
+
+    def waited(self, wait_error: Exception | None, error: Exception) -> None:
+        """After the wait: on to the next attempt, or ``error`` raised if the wait failed."""
+        if wait_error is not None:  # never hide the storage error behind the sleep's
+            self.retrier._wait_failed(self.operation, self.path, self.attempt, error,
+                                      wait_error)
+            raise error
+        self.attempt += 1
+
+    def reconciled(self, error: BaseException) -> bool:
+        """Whether a retry's error shows an earlier attempt did the work (then: success)."""
+        if self.reconcile is not None and self.retrier._reconciled(
+                self.operation, self.path, self.attempt, self.reconcile, error):
+            self.succeeded()
+            return True
+        return False
+
+    def succeeded(self) -> None:
+        self.retrier._succeeded(self.operation, self.attempt, self.cost)
 
 
 def _waited(sleep: Callable[[float], None], seconds: float) -> Exception | None:
