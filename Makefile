@@ -27,6 +27,7 @@ demo: $(VENV)/.demo-installed
 # The tests start what they need themselves (moto's S3 server in-process, Ray locally).
 test: $(VENV)/.test-installed
 	$(PY) -m ruff check retryfs tests benchmarks examples
+	$(PY) -m mypy
 	$(PY) -m pytest -ra
 
 # Benchmarks, never part of `make test`: `bench` runs every section at full size (about half an
@@ -39,6 +40,7 @@ bench-quick: $(VENV)/.bench-installed
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check retryfs tests benchmarks examples
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info

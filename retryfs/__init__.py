@@ -4,6 +4,7 @@
 every read, write and close of the files it opens, under a ``RetryPolicy``.
 """
 
+from . import exporters as _exporters  # noqa: F401 - starts Ray metrics inside Ray
 from .arrow import RetryingFileSystem
 from .budget import RetryBudget
 from .classify import Decision, ErrorClassifier

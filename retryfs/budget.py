@@ -25,6 +25,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow.fs as pafs
+
 from .redact import redact
 
 __all__ = ["RetryBudget", "TokenBucket", "bucket_for", "buckets", "endpoint_of",
@@ -159,18 +161,15 @@ def endpoint_of(fs: Any) -> tuple[Hashable, str]:
     injectors in one test suite never share a budget). A handler may name its endpoint with a
     ``retry_budget_key()`` method returning a hashable key.
     """
-    import pyarrow.fs as pafs
-
     if isinstance(fs, pafs.PyFileSystem):
         handler = fs.handler
         own = getattr(handler, "retry_budget_key", None)
         if callable(own):
             key = own()
             return ("handler", key), f"{fs.type_name}:{key}"
-        from .arrow import RetryingHandler  # a wrapper of a wrapper: the endpoint behind both
-
-        if isinstance(handler, RetryingHandler):
-            return endpoint_of(handler.inner)
+        wrapped = getattr(handler, "wrapped_filesystem", None)  # a retryfs handler
+        if isinstance(wrapped, pafs.FileSystem):  # a wrapper of a wrapper: the endpoint behind
+            return endpoint_of(wrapped)
         if isinstance(handler, pafs.FSSpecHandler):
             return endpoint_of(handler.fs)
         try:

@@ -20,8 +20,13 @@ from typing import Any, TextIO
 
 import pyarrow.fs as pafs
 
+from . import __version__
+from .config import WrapperConfig
 from .locations import dangerous_target
 from .redact import redact
+from .transfer import CopyError, copy
+from .transfer_results import human_bytes
+from .uri import from_uri
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -47,8 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="retryfs", description="Storage I/O that survives transient failures: copy, list, "
         "remove and read files on any pyarrow or fsspec storage, every operation retried.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from . import __version__
-
     parser.add_argument("--version", action="version", version=f"retryfs {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -159,15 +162,14 @@ def _one_line(error: BaseException) -> str:
     return redact(f"{type(error).__name__}: {first}")
 
 
-def _open(url: str) -> tuple[Any, str]:
-    from .uri import from_uri
-
-    return from_uri(url)
+def _open(url: str, config: WrapperConfig | None = None) -> tuple[Any, str]:
+    return from_uri(url, config=config)
 
 
-def _open_existing(url: str) -> tuple[Any, str, pafs.FileInfo]:
+def _open_existing(url: str, config: WrapperConfig | None = None
+                   ) -> tuple[Any, str, pafs.FileInfo]:
     """``(filesystem, path, info)`` of what ``url`` names; FileNotFoundError if nothing."""
-    fs, path = _open(url)
+    fs, path = _open(url, config)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         raise FileNotFoundError(f"not found: {_shown(url)}")
@@ -205,8 +207,6 @@ class _Progress:
     """The ``progress`` callback of `retryfs.copy`: a bar on a terminal, plain lines otherwise."""
 
     def __init__(self, stream: TextIO, *, bar: bool, quiet: bool, dry_run: bool) -> None:
-        from .transfer import human_bytes
-
         self.stream, self.quiet, self.dry_run = stream, quiet, dry_run
         self.human = human_bytes
         self.bar: Any = None
@@ -251,15 +251,13 @@ class _Progress:
 # -- commands --------------------------------------------------------------------------------------
 
 def _cmd_cp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .transfer import CopyError, copy
-
     progress = _Progress(err, bar=_is_tty(err), quiet=args.quiet, dry_run=args.dry_run)
     try:
         with _retry_log(err, progress.bar):
             try:
                 result = copy(args.src, args.dst, recursive=args.recursive, workers=args.workers,
                               verify=args.verify, resume=args.resume, dry_run=args.dry_run,
-                              progress=progress)
+                              progress=progress, config=args.config)
             except CopyError as exc:
                 result = exc.result
     finally:
@@ -278,7 +276,7 @@ def _cmd_cp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    fs, path, info = _open_existing(args.url)
+    fs, path, info = _open_existing(args.url, args.config)
     if info.type == pafs.FileType.File:
         entries, base = [info], path.rsplit("/", 1)[0] if "/" in path else ""
     else:
@@ -300,9 +298,7 @@ def _cmd_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_rm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .transfer import human_bytes
-
-    fs, path, info = _open_existing(args.url)
+    fs, path, info = _open_existing(args.url, args.config)
     if info.type == pafs.FileType.Directory:
         if not args.recursive:
             raise UsageError(f"{_shown(args.url)} is a directory: remove it with -r")
@@ -322,7 +318,7 @@ def _cmd_rm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_cat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    fs, path, info = _open_existing(args.url)
+    fs, path, info = _open_existing(args.url, args.config)
     if info.type == pafs.FileType.Directory:
         raise UsageError(f"{_shown(args.url)} is a directory")
     sink = getattr(out, "buffer", out)
@@ -349,8 +345,12 @@ def _shown(url: str) -> str:
 # -- entry point -----------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None, *, stdout: TextIO | None = None,
-         stderr: TextIO | None = None) -> int:
-    """Run the command; returns the exit code (never raises for a usage error)."""
+         stderr: TextIO | None = None, config: WrapperConfig | None = None) -> int:
+    """Run the command; returns the exit code (never raises for a usage error).
+
+    ``config``: the settings of every wrapper the command opens (`retryfs.WrapperConfig`;
+    the URLs' ``retry_*`` parameters still apply over it). Default: environment and URL.
+    """
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     parser = build_parser()
@@ -359,6 +359,7 @@ def main(argv: list[str] | None = None, *, stdout: TextIO | None = None,
             args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) and argparse's usage errors (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args.config = config
     run: Callable[[argparse.Namespace, TextIO, TextIO], int] = args.run
     try:
         return run(args, out, err)

@@ -471,8 +471,7 @@ class Layer:
 
     def per_operation(self, policy: RetryPolicy) -> dict[str, RetryPolicy]:
         """``{group: policy}`` for the per-group fields, each over ``policy``."""
-        describe = self.describe
-        return {group: _validated(policy, fields, lambda n, g=group: describe(f"{g}_{n}"))
+        return {group: _validated(policy, fields, _in_group(self.describe, group))
                 for group, fields in self.per_group.items() if fields}
 
     def timeout(self) -> Any:
@@ -487,6 +486,13 @@ class Layer:
             for group in TIMED_GROUPS:
                 groups.setdefault(group, everywhere)
         return groups
+
+
+def _in_group(describe: Callable[[str], str], group: str) -> Callable[[str], str]:
+    """How a field of ``group`` is named in a layer (``retry_write_max_attempts``...)."""
+    def name(field_name: str) -> str:
+        return describe(f"{group}_{field_name}")
+    return name
 
 
 def _validated(base: RetryPolicy, fields: Mapping[str, Any],
@@ -623,7 +629,7 @@ def merge(*, code: Mapping[str, Any] | None = None, top: Layer | None = None,
         per_operation.update(resolve_overrides(policy, given, check=False))
     for group, fields in top.per_group.items():
         per_operation[group] = _validated(per_operation.get(group, policy), fields,
-                                          lambda n, g=group: top.describe(f"{g}_{n}"))
+                                          _in_group(top.describe, group))
 
     for name in _SCALARS:
         if name in top.options:

@@ -31,14 +31,10 @@ from typing import Any, TextIO
 import pyarrow.fs as pafs
 
 from .arrow import RetryingFileSystem
-from .policy import RetryPolicy
+from .demo_common import BUCKET, POLICY, _fresh, print_table
 from .stats import RetryEvent, RetryStats
 
 MiB = 1024 * 1024
-BUCKET = "retryfs-demo"
-#: What the wrapped filesystem and retryfs.copy retry with: the default schedule's shape, with
-#: short delays so the demo does not wait long (0.1 s doubling up to 1 s, 6 attempts).
-POLICY = RetryPolicy(max_attempts=6, initial_delay=0.1, multiplier=2.0, max_delay=1.0)
 #: pyarrow.fs.copy_files' chunk in Ray Train's checkpoint upload (64 MiB).
 RAY_CHUNK = 64 * 1024 * 1024
 
@@ -267,16 +263,6 @@ def settle(endpoint: Any, quiet: float = 0.3, limit: float = 10.0) -> None:
         time.sleep(quiet)
 
 
-def _fresh(endpoint: Any, faults: list[Any]) -> None:
-    """The next upload's fault plan, and an empty request record. Storage is kept: uploads go
-    to prefixes of their own, and a plain copy_files that raised may still be finishing its
-    other files in pyarrow's threads (its faults name its own prefix, so it cannot take them)."""
-    endpoint.clear_faults()
-    endpoint.reset_record()
-    for fault in faults:
-        endpoint.add_fault(fault)
-
-
 def _mine(endpoint: Any, prefix: str, faulted: bool | None = None) -> list[Any]:
     """The recorded requests of the upload to ``prefix`` (bucket/...)."""
     key = prefix.split("/", 1)[1]
@@ -296,9 +282,10 @@ def run(out: TextIO = sys.stdout, size_mb: float = 200.0, ray: bool = False,
     started = time.monotonic()
     ok = True
     show_native = os.environ.get("RETRYFS_DEMO_STDERR") == "1"
+    capture: contextlib.AbstractContextManager[list[str]] = (
+        contextlib.nullcontext([]) if show_native else _native_stderr())
     with tempfile.TemporaryDirectory(prefix="retryfs-demo-") as tmp, \
-            S3FaultEndpoint() as endpoint, _quiet_retry_log(), \
-            (contextlib.nullcontext([]) if show_native else _native_stderr()) as native:
+            S3FaultEndpoint() as endpoint, _quiet_retry_log(), capture as native:
         endpoint.create_bucket(BUCKET)
         src = Path(tmp) / "checkpoint"
         digests = make_checkpoint(src, size_mb, seed)
@@ -368,13 +355,6 @@ def run(out: TextIO = sys.stdout, size_mb: float = 200.0, ray: bool = False,
               "'Error ignored when destroying file', were kept off the screen; "
               "RETRYFS_DEMO_STDERR=1 shows them.)", file=out)
     return 0 if ok else 1
-
-
-def print_table(out: TextIO, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(f"{c:<{w}}" for c, w in zip(row, widths, strict=True)).rstrip(),
-              file=out)
 
 
 def _table(out: TextIO, rows: list[tuple[str, ...]]) -> None:

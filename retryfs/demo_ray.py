@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from .arrow import RetryingFileSystem
+from .demo_common import BUCKET, POLICY, _fresh, print_table
+
 EPOCHS = 3
 #: Train v2 (the default since Ray 2.51) with fewer helper actors and log files: on a small
 #: machine each helper process costs about a second.
@@ -94,8 +97,6 @@ def run(out: TextIO, endpoint: Any) -> bool:
         print("\nRay Train part skipped: install ray[train] and torch "
               "(pip install 'retryfs[ray]' torch).", file=out)
         return True
-    from .arrow import RetryingFileSystem
-    from .demo import BUCKET, POLICY, _fresh, print_table
     from .testing.s3 import S3Fault
 
     for key, value in QUIET_RAY.items():

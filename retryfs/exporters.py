@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from . import budget as budget_module
-from .stats import RetryStats, all_stats
+from .stats import RetryStats, all_stats, on_stats_created
 
 __all__ = ["PrometheusCollector", "RayMetricsExporter", "ray_exporter"]
 
@@ -127,8 +127,9 @@ class PrometheusCollector:
         except ImportError as exc:  # pragma: no cover - the extra is documented
             raise ImportError("PrometheusCollector needs prometheus-client: "
                               "pip install 'retryfs[prometheus]'") from exc
-        self._sources = _resolve_sources(sources)
-        self._named = bool(self._sources) and any(n is not None for n, _ in self._sources)
+        resolved = _resolve_sources(sources)
+        self._sources = resolved
+        self._named = resolved is not None and any(n is not None for n, _ in resolved)
         self.namespace = namespace
         self.budgets = budgets
         if registry is not None:
@@ -208,8 +209,10 @@ class RayMetricsExporter:
 
     def __init__(self, *sources: Any, interval: float = 10.0, namespace: str = "retryfs",
                  metrics: Any = None) -> None:
-        if metrics is None:
-            from ray.util import metrics
+        if metrics is None:  # ray is optional: imported only for the exporter
+            import ray.util.metrics
+
+            metrics = ray.util.metrics
         self._metrics = metrics
         self._sources = _resolve_sources(sources)
         self.interval = interval
@@ -327,3 +330,11 @@ def _maybe_start_ray_export() -> None:
             _ray_exporter = RayMetricsExporter(interval=interval).start()
         except Exception:  # noqa: BLE001 - no metrics rather than a broken filesystem
             log.debug("retryfs: could not start the Ray metrics exporter", exc_info=True)
+
+
+def _on_new_stats(_stats: RetryStats) -> None:
+    if "ray" in sys.modules:  # inside Ray: retries show on the Ray dashboard
+        _maybe_start_ray_export()
+
+
+on_stats_created(_on_new_stats)

@@ -43,8 +43,6 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
-import fsspec
-import pyarrow.fs as pafs
 from fsspec.asyn import AsyncFileSystem, async_gen_wrapper, sync_wrapper
 from fsspec.implementations.arrow import ArrowFSWrapper
 from fsspec.implementations.chained import ChainedFileSystem
@@ -62,6 +60,7 @@ from .config import (
 )
 from .engine import Retrier
 from .fsspec_files import AsyncRetryReadFile, InnerFile, RetryReadFile, RetryWriteFile
+from .fsspec_inner import call_label, inner_is_async, resolve_inner
 from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
 from .redact import redact, register_option_secrets
 from .stats import RetryStats
@@ -79,8 +78,6 @@ _NOT_RETRIED = frozenset({
 })
 # Generators: retried until they yield their first item.
 _GENERATORS = frozenset({"walk"})
-_TWO_PATHS = frozenset({"cp_file", "copy", "cp", "mv", "move", "rename", "put_file", "put",
-                        "upload", "get_file", "get", "download", "mv_file"})
 # The options of AbstractFileSystem/AsyncFileSystem itself (the rest are retry options).
 _FSSPEC_OWN = frozenset({"use_listings_cache", "listings_expiry_time", "max_paths",
                          "asynchronous", "loop", "batch_size"})
@@ -105,30 +102,6 @@ ASYNC_METHODS: tuple[str, ...] = (
     "_mkdir", "_mv_file", "_pipe", "_pipe_file", "_put", "_put_file", "_rm", "_rm_file",
     "_size", "_sizes", "_walk",
 )
-
-
-def _label(operation: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-    """The path(s) a call is about, for log lines and notes (redacted when logged)."""
-    def one(value: Any) -> str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, Mapping):
-            value = list(value)
-        if isinstance(value, (list, tuple)):
-            if not value:
-                return "[]"
-            head = str(value[0])
-            return head if len(value) == 1 else f"{head} (+{len(value) - 1} more)"
-        return str(value)
-
-    first = args[0] if args else next(
-        (kwargs[k] for k in ("path", "path1", "lpath", "rpath", "url", "fn") if k in kwargs), "")
-    if operation in _TWO_PATHS:
-        second = args[1] if len(args) > 1 else next(
-            (kwargs[k] for k in ("path2", "rpath", "lpath") if k in kwargs), _MISSING)
-        if second is not _MISSING:
-            return f"{one(first)} -> {one(second)}"
-    return one(first)
 
 
 def _gone(exc: BaseException) -> bool:
@@ -207,14 +180,14 @@ class RetryFileSystem(ChainedFileSystem):
     protocol = "retry"
     cachable = True
 
-    _strip_protocol = _PerInstance(  # type: ignore[assignment]
+    _strip_protocol = _PerInstance(
         "_strip_protocol", vars(AbstractFileSystem)["_strip_protocol"])
-    _parent = _PerInstance("_parent", vars(AbstractFileSystem)["_parent"])  # type: ignore[assignment]
-    sep = _PerInstance("sep", "/")  # type: ignore[assignment]
-    root_marker = _PerInstance("root_marker", "")  # type: ignore[assignment]
+    _parent = _PerInstance("_parent", vars(AbstractFileSystem)["_parent"])
+    sep = _PerInstance("sep", "/")
+    root_marker = _PerInstance("root_marker", "")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> RetryFileSystem:
-        if cls is RetryFileSystem and _inner_is_async(kwargs.get("fs"),
+        if cls is RetryFileSystem and inner_is_async(kwargs.get("fs"),
                                                      kwargs.get("target_protocol")):
             cls = AsyncRetryFileSystem
         return object.__new__(cls)
@@ -235,7 +208,7 @@ class RetryFileSystem(ChainedFileSystem):
     ) -> None:
         own = {k: options.pop(k) for k in list(options) if k in _FSSPEC_OWN}
         retry_options = dict(options)
-        inner, inherited = _resolve_inner(fs, target_protocol, target_options, own)
+        inner, inherited = resolve_inner(fs, target_protocol, target_options, own)
         if config is not None:
             if not isinstance(config, WrapperConfig):
                 raise TypeError(f"config must be a WrapperConfig, got {type(config).__name__}")
@@ -497,7 +470,7 @@ class RetryFileSystem(ChainedFileSystem):
         operation = name.lstrip("_")
         if inspect.iscoroutinefunction(value):
             async def retried_coroutine(*args: Any, **kwargs: Any) -> Any:
-                return await self.retrier.acall(operation, _label(operation, args, kwargs),
+                return await self.retrier.acall(operation, call_label(operation, args, kwargs),
                                                 functools.partial(value, *args, **kwargs))
             retried_coroutine.__name__ = name
             retried_coroutine.__doc__ = value.__doc__
@@ -506,54 +479,11 @@ class RetryFileSystem(ChainedFileSystem):
             return value
 
         def retried(*args: Any, **kwargs: Any) -> Any:
-            return self._call(operation, _label(operation, args, kwargs), value, *args, **kwargs)
+            return self._call(operation, call_label(operation, args, kwargs), value, *args, **kwargs)
 
         retried.__name__ = name
         retried.__doc__ = value.__doc__
         return retried
-
-
-def _inner_is_async(fs: Any, target_protocol: str | None) -> bool:
-    if fs is not None:
-        if isinstance(fs, pafs.FileSystem):
-            return False
-        return bool(getattr(fs, "async_impl", False))
-    if target_protocol is not None:
-        try:
-            cls = fsspec.get_filesystem_class(target_protocol)
-        except (ImportError, ValueError):
-            return False  # __init__ raises the real error
-        return bool(getattr(cls, "async_impl", False))
-    return False
-
-
-def _resolve_inner(fs: Any, target_protocol: str | None,
-                   target_options: Mapping[str, Any] | None,
-                   own: Mapping[str, Any]) -> tuple[Any, WrapperConfig | None]:
-    """The fsspec filesystem to wrap, and the configuration it brings (from a pyarrow face)."""
-    if fs is None and target_protocol is None:
-        raise ValueError("RetryFileSystem needs the filesystem to wrap: fs=<instance> or "
-                         "target_protocol=<protocol> (with target_options)")
-    if fs is not None and target_protocol is not None:
-        raise ValueError("give either fs or target_protocol, not both")
-    inherited: WrapperConfig | None = None
-    if fs is None:
-        options = dict(target_options or {})
-        for name in ("asynchronous", "loop"):
-            if name in own:
-                options.setdefault(name, own[name])
-        fs = fsspec.filesystem(target_protocol, **options)
-    elif target_options:
-        raise ValueError("target_options apply with target_protocol only")
-    if isinstance(fs, (RetryingFileSystem, RetryFileSystem)):  # one layer of retries
-        inherited = fs.retry_config
-        fs = fs.unwrap()
-    if isinstance(fs, pafs.FileSystem):
-        fs = ArrowFSWrapper(fs)
-    if not isinstance(fs, AbstractFileSystem):
-        raise TypeError("RetryFileSystem wraps an fsspec filesystem (or a pyarrow one), got "
-                        f"{type(fs).__module__}.{type(fs).__qualname__}")
-    return fs, inherited
 
 
 # -- the blocking methods ------------------------------------------------------------------------
@@ -564,7 +494,7 @@ def _make_sync(name: str) -> Callable[..., Any]:
     def method(self: RetryFileSystem, *args: Any, **kwargs: Any) -> Any:
         if name in self._composed:
             return base(self, *args, **kwargs)
-        return self._call(name, _label(name, args, kwargs), getattr(self.fs, name),
+        return self._call(name, call_label(name, args, kwargs), getattr(self.fs, name),
                           *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
@@ -579,7 +509,7 @@ def _make_sync_generator(name: str) -> Callable[..., Any]:
         if name in self._composed:
             yield from base(self, *args, **kwargs)
             return
-        yield from self._retry_iter(name, _label(name, args, kwargs), getattr(self.fs, name),
+        yield from self._retry_iter(name, call_label(name, args, kwargs), getattr(self.fs, name),
                                     *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
@@ -599,7 +529,7 @@ def _old_rm(self: RetryFileSystem, path: str) -> Any:
     return self._call("rm_file", path, self.fs._rm, path)
 
 
-RetryFileSystem._rm = _old_rm  # type: ignore[method-assign]
+RetryFileSystem._rm = _old_rm
 
 
 # -- the async face ------------------------------------------------------------------------------
@@ -675,8 +605,8 @@ def _make_async(name: str) -> Callable[..., Any]:
 
     async def method(self: AsyncRetryFileSystem, *args: Any, **kwargs: Any) -> Any:
         if name in self._composed_async:
-            return await base(self, *args, **kwargs)  # type: ignore[misc]
-        return await self._acall(operation, _label(operation, args, kwargs),
+            return await base(self, *args, **kwargs)
+        return await self._acall(operation, call_label(operation, args, kwargs),
                                  getattr(self.fs, name), *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
@@ -690,10 +620,10 @@ def _make_async_generator(name: str) -> Callable[..., Any]:
     async def method(self: AsyncRetryFileSystem, *args: Any, **kwargs: Any
                      ) -> AsyncIterator[Any]:
         if name in self._composed_async:
-            async for item in base(self, *args, **kwargs):  # type: ignore[misc]
+            async for item in base(self, *args, **kwargs):
                 yield item
             return
-        async for item in self._retry_aiter(operation, _label(operation, args, kwargs),
+        async for item in self._retry_aiter(operation, call_label(operation, args, kwargs),
                                             getattr(self.fs, name), *args, **kwargs):
             yield item
 

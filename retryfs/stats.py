@@ -24,7 +24,6 @@ import errno as errno_module
 import itertools
 import logging
 import re
-import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -151,6 +150,16 @@ _registry_lock = threading.Lock()
 _all_stats: weakref.WeakSet[RetryStats] = weakref.WeakSet()
 
 
+_on_created: list[Callable[[RetryStats], None]] = []
+
+
+def on_stats_created(callback: Callable[[RetryStats], None]) -> None:
+    """Call ``callback(stats)`` for every `RetryStats` created from now on (exporters)."""
+    with _registry_lock:
+        if callback not in _on_created:
+            _on_created.append(callback)
+
+
 def all_stats() -> list[RetryStats]:
     """Every live RetryStats in this process (what the exporters export by default)."""
     with _registry_lock:
@@ -181,10 +190,12 @@ class RetryStats:
         self._generation = 0  # bumped by reset(), so exporters can tell a reset from a lull
         with _registry_lock:
             _all_stats.add(self)
-        if "ray" in sys.modules:  # inside Ray: retries show on the Ray dashboard
-            from .exporters import _maybe_start_ray_export
-
-            _maybe_start_ray_export()
+            created = tuple(_on_created)
+        for callback in created:  # the Ray exporter starts itself this way (exporters.py)
+            try:
+                callback(self)
+            except Exception:  # noqa: BLE001 - telemetry never breaks I/O
+                logger.debug("retryfs: a RetryStats creation hook failed", exc_info=True)
 
     # -- hooks ------------------------------------------------------------------------------
     def on_retry(self, callback: Callable[[RetryEvent], None]) -> Callable[[RetryEvent], None]:

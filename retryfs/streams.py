@@ -30,7 +30,7 @@ class _Writable(Protocol):
     def close(self) -> Any: ...
 
 
-def _discard(stream: Any) -> None:
+def discard(stream: Any) -> None:
     """Drop a broken stream without committing what it holds, where the backend allows it.
 
     fsspec files have ``discard()`` (s3fs aborts the multipart upload). A pyarrow S3 stream
@@ -117,7 +117,7 @@ class ReplayableOutputStream(io.RawIOBase):
             with self._lock:
                 if self._failed:  # a write already gave up: never commit a partial object
                     if self._inner is not None:
-                        _discard(self._inner)
+                        discard(self._inner)
                     return
                 try:
                     self._guarded("close", self._commit)
@@ -165,7 +165,7 @@ class ReplayableOutputStream(io.RawIOBase):
                 action(self._inner)
             except BaseException:
                 if self._inner is not None:
-                    _discard(self._inner)
+                    discard(self._inner)
                     self._inner = None
                 raise
 
@@ -281,7 +281,7 @@ class ResumableInputFile(io.RawIOBase):
             return
         try:
             if self._inner is not None:
-                _discard(self._inner)
+                discard(self._inner)
         finally:
             self._inner = None
             super().close()
@@ -295,7 +295,7 @@ class ResumableInputFile(io.RawIOBase):
             return action(self._inner, *args)
         except BaseException:
             if self._inner is not None:
-                _discard(self._inner)
+                discard(self._inner)
                 self._inner = None
             raise
 

@@ -40,21 +40,38 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow.fs as pafs
 
 from .arrow import RetryingFileSystem
+from .checksums import (
+    _etag_matches,  # noqa: F401 - re-exported for the tests of the ETag layouts
+    etag_of,  # noqa: F401 - re-exported
+    is_fsspec,
+    is_local,
+    read_all,
+    same_content,
+    same_sha256,
+)
 from .classify import Decision, ErrorClassifier
 from .config import WrapperConfig
 from .engine import Retrier
-from .errors import CommitNotVisibleError
 from .locations import check_location, check_path
 from .policy import RetryPolicy
 from .redact import redact
 from .stats import RetryEvent
-from .streams import _discard
+from .streams import discard
+from .transfer_results import (
+    CHUNK,
+    Checked,
+    CopyError,
+    CopyProgress,
+    CopyResult,
+    FileCopy,
+    VerificationError,
+    Verify,
+)
 from .uri import from_uri
 
 __all__ = [
@@ -70,211 +87,6 @@ __all__ = [
 
 log = logging.getLogger("retryfs.copy")
 
-MiB = 1024 * 1024
-#: Bytes read from the source and written to the destination at a time. 10 MiB is pyarrow's S3
-#: part size: each write of this size goes out as one UploadPart, so the parts of what `copy`
-#: uploads are always 10 MiB (the last one smaller), whatever the file.
-CHUNK = 10 * MiB
-#: Multipart part sizes tried when a multipart ETag is compared with a local file: the common
-#: uploaders (5 MiB minimum and s3fs small writes, 8 MiB AWS CLI/boto3, 10 MiB pyarrow and
-#: `copy`, 16 MiB, 50 MiB s3fs's default block, 64 MiB Ray Train's `copy_files` chunk, 100 MiB).
-PART_SIZES = tuple(n * MiB for n in (5, 8, 10, 16, 50, 64, 100))
-
-Verify = Literal["size", "hash"]
-Status = Literal["copied", "skipped", "failed", "planned"]
-Checked = Literal["sha256", "etag", "size", ""]
-_CHECK_NAMES = {"sha256": "SHA-256", "etag": "ETag", "size": "size"}
-
-
-# -- results -------------------------------------------------------------------------------------
-
-@dataclass
-class FileCopy:
-    """What happened to one file."""
-
-    path: str  # relative to the source directory (the file name for a single file)
-    source: str
-    destination: str
-    size: int
-    status: Status = "planned"  # "planned": a dry run would copy it
-    reason: str = ""  # why skipped / why failed
-    attempts: int = 0  # upload attempts made (0: nothing uploaded)
-    error: BaseException | None = field(default=None, repr=False, compare=False)
-    #: How the destination's content was checked: "sha256" (read back and hashed), "etag"
-    #: (the store's checksum matched the source's), "size" (the size only), "" (not checked).
-    checked: Checked = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "source": self.source, "destination": self.destination,
-                "size": self.size, "status": self.status, "reason": self.reason,
-                "attempts": self.attempts, "checked": self.checked}
-
-
-@dataclass
-class CopyResult:
-    """The outcome of `copy`: every file with its status, and the totals."""
-
-    source: str
-    destination: str
-    files: list[FileCopy]
-    retries: int = 0  # retries of any operation during the copy (uploads, reads, listings)
-    elapsed: float = 0.0
-    verify: str = "size"
-    dry_run: bool = False
-
-    def _with(self, status: str) -> list[FileCopy]:
-        return [f for f in self.files if f.status == status]
-
-    @property
-    def copied(self) -> list[FileCopy]:
-        return self._with("copied")
-
-    @property
-    def skipped(self) -> list[FileCopy]:
-        return self._with("skipped")
-
-    @property
-    def failed(self) -> list[FileCopy]:
-        return self._with("failed")
-
-    @property
-    def planned(self) -> list[FileCopy]:
-        """Files a dry run would copy."""
-        return self._with("planned")
-
-    @property
-    def verified(self) -> list[FileCopy]:
-        """Copied or skipped files whose content was checked (by SHA-256, ETag or, for a file
-        copied with ``verify="size"``, the committed size)."""
-        return [f for f in self.files if f.status in ("copied", "skipped") and f.checked
-                and not (f.status == "skipped" and f.checked == "size")]
-
-    @property
-    def skipped_unverified(self) -> list[FileCopy]:
-        """Files skipped because the destination had the same size, their bytes never compared
-        (no checksum to compare, and no ``verify="hash"``)."""
-        return [f for f in self.skipped if f.checked == "size"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
-    @property
-    def bytes_copied(self) -> int:
-        return sum(f.size for f in self.copied)
-
-    @property
-    def bytes_skipped(self) -> int:
-        return sum(f.size for f in self.skipped)
-
-    @property
-    def bytes_total(self) -> int:
-        return sum(f.size for f in self.files)
-
-    def summary(self) -> str:
-        """One line: what was copied, skipped, failed, and how long it took."""
-        if self.dry_run:
-            head = (f"dry run: would copy {len(self.planned)} file(s) "
-                    f"({human_bytes(sum(f.size for f in self.planned))})")
-        else:
-            rate = self.bytes_copied / self.elapsed if self.elapsed > 0 else 0.0
-            head = (f"copied {len(self.copied)} file(s) ({human_bytes(self.bytes_copied)}) "
-                    f"in {self.elapsed:.1f}s ({human_bytes(rate)}/s)")
-        parts = [head, f"skipped {len(self.skipped)} already there",
-                 f"failed {len(self.failed)}", f"retries {self.retries}"]
-        if not self.dry_run:
-            parts.append(self._verified_summary())
-            if self.skipped_unverified:
-                parts.append(f"{len(self.skipped_unverified)} skipped by size, not verified")
-        return ", ".join(parts)
-
-    def _verified_summary(self) -> str:
-        """``verified 4 by SHA-256`` or ``verified 7 (4 by SHA-256, 3 by ETag)``: only what
-        was checked, file by file."""
-        counts: dict[str, int] = {}
-        for f in self.verified:
-            counts[f.checked] = counts.get(f.checked, 0) + 1
-        total = sum(counts.values())
-        if len(counts) <= 1:
-            how = _CHECK_NAMES[next(iter(counts))] if counts else (
-                "SHA-256" if self.verify == "hash" else "size")
-            return f"verified {total} by {how}"
-        shown = ", ".join(f"{n} by {_CHECK_NAMES[k]}" for k, n in sorted(
-            counts.items(), key=lambda kv: list(_CHECK_NAMES).index(kv[0])))
-        return f"verified {total} ({shown})"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``--json``."""
-        return {
-            "ok": self.ok,
-            "source": self.source,
-            "destination": self.destination,
-            "dry_run": self.dry_run,
-            "verify": self.verify,
-            "files": {"total": len(self.files), "copied": len(self.copied),
-                      "skipped": len(self.skipped), "failed": len(self.failed),
-                      "planned": len(self.planned)},
-            "bytes": {"total": self.bytes_total, "copied": self.bytes_copied,
-                      "skipped": self.bytes_skipped},
-            "verified": {kind: sum(1 for f in self.verified if f.checked == kind)
-                         for kind in _CHECK_NAMES},
-            "skipped_unverified": len(self.skipped_unverified),
-            "retries": self.retries,
-            "elapsed_seconds": round(self.elapsed, 3),
-            "failures": [{"path": f.path, "error": f.reason} for f in self.failed],
-            "items": [f.to_dict() for f in self.files],
-        }
-
-
-class CopyError(OSError):
-    """Some files did not land after their retries; ``.result`` has every file's outcome."""
-
-    def __init__(self, result: CopyResult) -> None:
-        failed = result.failed
-        shown = "; ".join(f"{f.path}: {f.reason}" for f in failed[:5])
-        more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-        super().__init__(f"{len(failed)} of {len(result.files)} file(s) failed to copy to "
-                         f"{result.destination}: {shown}{more}")
-        self.result = result
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.result,))
-
-
-class VerificationError(CommitNotVisibleError):
-    """The object was committed but does not hold what was read from the source (retried)."""
-
-
-@dataclass(frozen=True)
-class CopyProgress:
-    """A snapshot handed to the ``progress`` callback of `copy`.
-
-    Called after every chunk written, every retry (``file`` None) and every file finished
-    (``file`` set), from the copying threads, one call at a time. ``bytes_done`` counts bytes
-    handed to the destination's client (which may still be sending them: pyarrow uploads parts
-    in the background), counts skipped files as done, and goes back when an upload restarts;
-    a file is done once it is committed and checked.
-    """
-
-    files_total: int
-    files_done: int
-    bytes_total: int
-    bytes_done: int
-    copied: int
-    skipped: int
-    failed: int
-    retries: int
-    file: FileCopy | None = None
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
-
-
 # -- endpoints -----------------------------------------------------------------------------------
 
 def _wrap(spec: Any, config: WrapperConfig | None, policy: RetryPolicy | None,
@@ -284,7 +96,7 @@ def _wrap(spec: Any, config: WrapperConfig | None, policy: RetryPolicy | None,
     A retryfs wrapper of either face keeps all its settings (``policy`` replaces its policy);
     another filesystem is wrapped with ``config`` and ``policy``.
     """
-    options = {"policy": policy} if policy is not None else {}
+    options: dict[str, Any] = {"policy": policy} if policy is not None else {}
     if isinstance(spec, (str, os.PathLike)):
         uri = os.fspath(spec)
         check_location(uri, what)  # an empty SRC or DST is never the current directory
@@ -303,7 +115,7 @@ def _wrap(spec: Any, config: WrapperConfig | None, policy: RetryPolicy | None,
             fs = RetryingFileSystem(fs, **options)
         else:
             fs = RetryingFileSystem(fs, config=config, **options)
-        if _is_local(fs) and not os.path.isabs(path):
+        if is_local(fs) and not os.path.isabs(path):
             path = os.path.abspath(path)
         return fs, path, _shown_pair(fs, path)
     raise TypeError(f"{what} must be a URI, a local path or a (filesystem, path) pair, "
@@ -311,7 +123,7 @@ def _wrap(spec: Any, config: WrapperConfig | None, policy: RetryPolicy | None,
 
 
 def _shown_pair(fs: RetryingFileSystem, path: str) -> str:
-    if _is_local(fs):
+    if is_local(fs):
         return path
     original = fs.unwrap()
     if isinstance(original, pafs.FileSystem):
@@ -321,147 +133,8 @@ def _shown_pair(fs: RetryingFileSystem, path: str) -> str:
     return f"{protocol}:{path}"
 
 
-def _is_local(fs: RetryingFileSystem) -> bool:
-    original = fs.unwrap()
-    if isinstance(original, pafs.LocalFileSystem):
-        return True
-    protocol = getattr(original, "protocol", None)
-    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol or ())
-    return "file" in protocols or "local" in protocols
-
-
-def _is_fsspec(original: Any) -> bool:
-    return not isinstance(original, pafs.FileSystem) and hasattr(original, "open")
-
-
 def _join(base: str, rel: str) -> str:
     return posixpath.join(base, rel) if base else rel
-
-
-# -- checksums -----------------------------------------------------------------------------------
-
-def etag_of(fs: RetryingFileSystem, path: str) -> str | None:
-    """The object's ETag (without quotes) where the backend gives one (S3), else None.
-
-    pyarrow's S3 filesystem: one HeadObject (the metadata of an input stream); fsspec
-    filesystems: ``info(path)["ETag"]`` (s3fs). Retried like any metadata call.
-    """
-    original = fs.unwrap()
-    handler = fs.retry_handler
-
-    def head() -> Any:
-        if isinstance(original, pafs.S3FileSystem):
-            with original.open_input_stream(path) as stream:
-                value = stream.metadata().get(b"ETag") or stream.metadata().get("ETag")
-            return value.decode() if isinstance(value, bytes) else value
-        if _is_fsspec(original) and "s3" in str(getattr(original, "protocol", "")):
-            info = original.info(path)
-            return info.get("ETag") or info.get("etag")
-        return None
-
-    if not isinstance(original, pafs.S3FileSystem) and not (
-            _is_fsspec(original) and "s3" in str(getattr(original, "protocol", ""))):
-        return None
-    value = handler._call("get_file_info", path, head)
-    return str(value).strip('"') if value else None
-
-
-def _etag_matches(etag: str, fs: RetryingFileSystem, path: str, size: int) -> bool | None:
-    """Whether the content at ``path`` has this S3 ETag: True, False, or None (not comparable:
-    a multipart ETag whose part count fits none of `PART_SIZES`, or not an MD5 at all)."""
-    digest, _, count = etag.partition("-")
-    if len(digest) != 32 or any(c not in "0123456789abcdef" for c in digest.lower()):
-        return None  # not an MD5 (e.g. SSE-KMS objects): cannot compare
-    if not count:
-        whole = hashlib.md5(usedforsecurity=False)
-        _read_all(fs, path, whole.update)
-        return whole.hexdigest() == digest.lower()
-    try:
-        parts = int(count)
-    except ValueError:
-        return None
-    sizes = [ps for ps in PART_SIZES if max(1, -(-size // ps)) == parts]
-    if not sizes:
-        return None
-    # one pass over the file, the part MD5s of every candidate layout at once
-    digests: dict[int, list[bytes]] = {ps: [] for ps in sizes}
-    current = {ps: hashlib.md5(usedforsecurity=False) for ps in sizes}
-    offset = 0
-
-    def block(data: bytes) -> None:
-        nonlocal offset
-        view = memoryview(data).cast("B")
-        for ps in sizes:
-            pos, i = offset, 0
-            while i < len(view):
-                piece = view[i:i + ps - pos % ps]
-                current[ps].update(piece)
-                pos, i = pos + len(piece), i + len(piece)
-                if pos % ps == 0 and pos < size:
-                    digests[ps].append(current[ps].digest())
-                    current[ps] = hashlib.md5(usedforsecurity=False)
-        offset += len(view)
-
-    _read_all(fs, path, block, chunk=MiB)
-    for ps in sizes:
-        whole = b"".join(digests[ps] + [current[ps].digest()])
-        if hashlib.md5(whole, usedforsecurity=False).hexdigest() == digest.lower():
-            return True
-    return False
-
-
-def same_content(src: RetryingFileSystem, src_path: str, dst: RetryingFileSystem,
-                 dst_path: str, size: int) -> tuple[bool, str]:
-    """Whether two files of the same ``size`` hold the same bytes, as far as can be told
-    cheaply: ``(same, how)``.
-
-    - Both sides give an ETag (S3 to S3): equal ETags are the same content; two single-part
-      ETags (MD5s) that differ are different content; two multipart ETags of different part
-      layouts cannot be compared, and the size decides.
-    - One side gives an ETag and the other is local: the local file's MD5 (single-part) or
-      multipart ETag for each part size in `PART_SIZES` that gives the ETag's part count is
-      computed (one read of the local file): a match is the same content, no match is
-      different; a part count no common part size gives cannot be compared.
-    - Otherwise (local to local, other backends) the size decides.
-    """
-    src_tag, dst_tag = etag_of(src, src_path), etag_of(dst, dst_path)
-    if src_tag and dst_tag:
-        if src_tag == dst_tag:
-            return True, "same size and ETag"
-        if "-" not in src_tag and "-" not in dst_tag:
-            return False, "ETag differs"
-    for tag, fs, path in ((dst_tag, src, src_path), (src_tag, dst, dst_path)):
-        if tag and _is_local(fs):
-            match = _etag_matches(tag, fs, path, size)
-            if match is True:
-                return True, "same size and ETag"
-            if match is False:
-                return False, "content differs (ETag)"
-    return True, "same size"
-
-
-def same_sha256(src: RetryingFileSystem, src_path: str, dst: RetryingFileSystem,
-                dst_path: str) -> tuple[bool, str]:
-    """Both files read whole and compared by SHA-256: ``(same, how)`` (what ``verify="hash"``
-    does for a file already there when no checksum could decide)."""
-    digests = []
-    for fs, path in ((src, src_path), (dst, dst_path)):
-        digest = hashlib.sha256()
-        _read_all(fs, path, digest.update)
-        digests.append(digest.hexdigest())
-    if digests[0] == digests[1]:
-        return True, "same size and SHA-256"
-    return False, "content differs (SHA-256)"
-
-
-def _read_all(fs: RetryingFileSystem, path: str, sink: Callable[[bytes], None],
-              chunk: int = CHUNK) -> None:
-    with fs.open_input_stream(path) as stream:
-        while True:
-            data = stream.read(chunk)
-            if not data:
-                return
-            sink(data)
 
 
 # -- the copy --------------------------------------------------------------------------------------
@@ -518,11 +191,11 @@ class _Copier:
         self.bytes_total = 0
         handler = dst.retry_handler
         self.unit = Retrier(lambda _op: handler.policy_for("write"),
-                            _UnitClassifier(handler.classifier),  # type: ignore[arg-type]
-                            handler.stats, budget=handler.retrier.budget)
+                            _UnitClassifier(handler.classifier),
+                            handler.stats, budget=dst.retry_budget)
         original = dst.unwrap()
-        self.dst_local = _is_local(dst)
-        self.dst_fsspec = _is_fsspec(original)
+        self.dst_local = is_local(dst)
+        self.dst_fsspec = is_fsspec(original)
         self.dst_inner = dst.retry_handler.inner
         self.dst_original = original
         # object stores have no directories to create (pyarrow's S3 create_dir writes markers)
@@ -690,7 +363,7 @@ class _Copier:
         that is healthy (the *source* failed) commits what it has, so that object is deleted.
         """
         if hasattr(out, "discard"):
-            _discard(out)
+            discard(out)
             return
         try:
             out.close()
@@ -718,7 +391,7 @@ class _Copier:
         if sha256 is None:
             return
         landed = hashlib.sha256()
-        _final(_read_all, self.dst, item.destination, landed.update)
+        _final(read_all, self.dst, item.destination, landed.update)
         if landed.hexdigest() != sha256:
             raise VerificationError(f"{item.destination!r} does not hold the bytes read from "
                                     f"the source (SHA-256 {landed.hexdigest()[:12]}…, source "

@@ -309,3 +309,18 @@ def test_a_misspelt_protocol_option_suggests_the_right_one():
                         skip_instance_cache=True)
     with pytest.raises(TypeError, match="did you mean 'verify_writes'"):
         RetryingFileSystem(pafs.LocalFileSystem(), verify_write=False)
+
+
+def test_the_command_hands_its_config_to_every_wrapper(tmp_path):
+    from retryfs.cli import main
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f.bin").write_bytes(b"z" * 10)
+    stats = RetryStats()
+    config = WrapperConfig(policy=FAST, stats=stats)
+    assert main(["ls", str(tmp_path / "src")], config=config) == 0
+    listed = stats.snapshot()["calls"]
+    assert listed >= 1  # the listing went through the given config's wrapper
+    assert main(["cp", "-q", str(tmp_path / "src" / "f.bin"), str(tmp_path / "g.bin")],
+                config=config) == 0
+    assert stats.snapshot()["calls"] > listed and (tmp_path / "g.bin").read_bytes() == b"z" * 10

@@ -46,14 +46,13 @@ import itertools
 import logging
 import os
 import random
-import re
 import socket
 import struct
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 from xml.sax.saxutils import escape
 
@@ -61,6 +60,16 @@ import pyarrow.fs
 from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
 from moto.s3.models import FakeKey, FakeMultipart, s3_backends
 from werkzeug.serving import ThreadedWSGIServer
+
+from .s3_faults import (  # noqa: F401 - the plan's names are this module's too
+    _KINDS,
+    OPERATIONS,
+    FaultKind,
+    RequestRecord,
+    S3Fault,
+    S3Request,
+    operation_name,
+)
 
 if TYPE_CHECKING:
     import s3fs as _s3fs
@@ -84,277 +93,6 @@ PYARROW_PART_SIZE = 10 * 1024 * 1024
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
-
-FaultKind = Literal["error", "error_in_200", "reset", "truncate", "stall", "delay"]
-_KINDS = frozenset(FaultKind.__args__)  # type: ignore[attr-defined]
-
-#: Operations `operation_name` derives; an `S3Fault(op=...)` outside this set (and outside the
-#: generic ``{Get,Put,Delete}{Bucket,Object}<Subresource>`` names) is a typo and is refused.
-OPERATIONS = frozenset(
-    """ListBuckets CreateBucket DeleteBucket HeadBucket ListObjects ListObjectsV2
-    ListObjectVersions ListMultipartUploads GetBucketLocation DeleteObjects PutObject GetObject
-    HeadObject DeleteObject CopyObject CreateMultipartUpload UploadPart UploadPartCopy
-    CompleteMultipartUpload AbortMultipartUpload ListParts RestoreObject""".split()
-)
-_GENERIC_OP = re.compile(r"(Get|Put|Delete)(Bucket|Object)[A-Z][A-Za-z]*")
-# the query parameters that select an S3 subresource (the generic operation names above)
-_SUBRESOURCES = frozenset("""accelerate acl analytics attributes cors encryption
-    intelligent-tiering inventory legal-hold lifecycle logging metrics notification object-lock
-    ownershipControls policy policyStatus publicAccessBlock replication requestPayment retention
-    tagging torrent versioning website""".split())
-
-
-@dataclass(frozen=True)
-class S3Request:
-    """What arrived: the fields a rule can match on (path-style addressing)."""
-
-    method: str
-    bucket: str
-    key: str
-    query: Mapping[str, str]
-    headers: Mapping[str, str]  # lower-case names, Authorization left out
-    op: str
-
-    @property
-    def path(self) -> str:
-        """``bucket/key`` (``bucket`` alone for bucket operations), the string globs match."""
-        return f"{self.bucket}/{self.key}" if self.key else self.bucket
-
-
-@dataclass(frozen=True)
-class RequestRecord(S3Request):
-    """One request and what the endpoint did with it."""
-
-    seq: int = 0
-    status: int | None = None  # None: no status line was sent (reset, stall)
-    fault: S3Fault | None = None
-    request_bytes: int = 0
-    response_bytes: int = 0  # body bytes sent (a truncated body counts what was sent)
-
-
-def operation_name(method: str, bucket: str, key: str, query: Mapping[str, str],
-                   headers: Mapping[str, str]) -> str:
-    """The S3 API operation a path-style request calls, e.g. ``UploadPart``."""
-    method = method.upper()
-    if not bucket:
-        return "ListBuckets" if method == "GET" else f"{method} /"
-    copy = "x-amz-copy-source" in headers
-    if key:
-        if "uploadId" in query:
-            return {
-                "PUT": "UploadPartCopy" if copy else "UploadPart",
-                "POST": "CompleteMultipartUpload",
-                "DELETE": "AbortMultipartUpload",
-                "GET": "ListParts",
-            }.get(method, f"{method} uploadId")
-        if method == "POST" and "uploads" in query:
-            return "CreateMultipartUpload"
-        if method == "POST" and "restore" in query:
-            return "RestoreObject"
-        if method == "PUT" and copy and not _subresource(query):
-            return "CopyObject"
-        simple = {"PUT": "PutObject", "GET": "GetObject", "HEAD": "HeadObject",
-                  "DELETE": "DeleteObject"}
-        return _with_subresource(method, "Object", query) or simple.get(method, method)
-    if method == "GET":
-        if query.get("list-type") == "2":
-            return "ListObjectsV2"
-        for name, op in (("uploads", "ListMultipartUploads"), ("versions", "ListObjectVersions"),
-                         ("location", "GetBucketLocation")):
-            if name in query:
-                return op
-        return _with_subresource(method, "Bucket", query) or "ListObjects"
-    if method == "POST" and "delete" in query:
-        return "DeleteObjects"
-    simple = {"PUT": "CreateBucket", "DELETE": "DeleteBucket", "HEAD": "HeadBucket"}
-    return _with_subresource(method, "Bucket", query) or simple.get(method, method)
-
-
-def _subresource(query: Mapping[str, str]) -> str | None:
-    """The first S3 subresource named in the query (``?tagging``, ``?acl``...)."""
-    return next((name for name in query if name in _SUBRESOURCES), None)
-
-
-def _with_subresource(method: str, what: str, query: Mapping[str, str]) -> str | None:
-    sub = _subresource(query)
-    verb = {"GET": "Get", "PUT": "Put", "DELETE": "Delete"}.get(method)
-    if sub is None or verb is None:
-        return None
-    camel = "".join(part[:1].upper() + part[1:] for part in sub.split("-"))
-    return f"{verb}{what}{camel}"
-
-
-_ERROR_MESSAGES = {
-    "InternalError": "We encountered an internal error. Please try again.",
-    "SlowDown": "Please reduce your request rate.",
-    "ServiceUnavailable": "Service is unable to handle request.",
-    "TooManyRequests": "Please reduce your request rate.",
-    "AccessDenied": "Access Denied",
-    "NoSuchBucket": "The specified bucket does not exist",
-    "NoSuchKey": "The specified key does not exist.",
-}
-
-
-@dataclass(frozen=True, eq=False)
-class S3Fault:
-    """One rule of a fault plan: which requests it matches, when it fires, what it does.
-
-    Matching (all given conditions must hold): `op` (one name or several, see
-    `operation_name`), `method`, `path` (a glob on ``bucket/key``, or a compiled regex searched
-    in it), `query` (name -> value; ``True``: present, ``False``: absent), `when` (a predicate).
-    Firing: from the `nth` matching request on (1-based), at most `times` times (default: once
-    when `nth` is given, else unlimited), each eligible match drawn with `probability` from a
-    ``random.Random(seed)``: the same requests in the same order get the same faults.
-    `applied`: moto executes the request first and the fault replaces its answer (the change
-    happened, the client cannot tell), the ambiguous outcome a retry has to reconcile.
-
-    Build one with the constructors (`slow_down`, `reset`, `truncate`, ...), which take the
-    matching and firing fields as keywords.
-    """
-
-    kind: FaultKind
-    status: int = 500
-    code: str = "InternalError"
-    message: str = ""
-    retry_after: float | None = None
-    seconds: float = 0.0
-    keep_bytes: int | None = None
-    applied: bool = False
-    op: str | Collection[str] | None = None
-    method: str | None = None
-    path: str | re.Pattern[str] | None = None
-    query: Mapping[str, str | int | bool] | None = None
-    when: Callable[[S3Request], bool] | None = None
-    nth: int | None = None
-    times: int | None = None
-    probability: float | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"kind: {self.kind!r} is not one of {sorted(_KINDS)}")
-        for op in self.ops:
-            if op not in OPERATIONS and not _GENERIC_OP.fullmatch(op):
-                raise ValueError(f"op: unknown S3 operation {op!r}; known: {sorted(OPERATIONS)}")
-        if self.nth is not None and self.nth < 1:
-            raise ValueError(f"nth: must be >= 1, got {self.nth}")
-        if self.times is not None and self.times < 0:
-            raise ValueError(f"times: must be >= 0, got {self.times}")
-        if self.probability is not None and not 0.0 <= self.probability <= 1.0:
-            raise ValueError(f"probability: must be in [0, 1], got {self.probability}")
-        if self.seconds < 0:
-            raise ValueError(f"seconds: must be >= 0, got {self.seconds}")
-        if self.keep_bytes is not None and self.keep_bytes < 0:
-            raise ValueError(f"keep_bytes: must be >= 0, got {self.keep_bytes}")
-        if not self.message and self.kind in ("error", "error_in_200"):
-            object.__setattr__(self, "message", _ERROR_MESSAGES.get(self.code, self.code))
-
-    @property
-    def ops(self) -> frozenset[str]:
-        if self.op is None:
-            return frozenset()
-        return frozenset([self.op] if isinstance(self.op, str) else self.op)
-
-    def __repr__(self) -> str:
-        what = {"error": f"{self.status} {self.code}", "error_in_200": f"200 <Error>{self.code}",
-                "stall": f"stall {self.seconds:g}s", "delay": f"delay {self.seconds:g}s"}
-        where = [f"{name}={value!r}" for name in ("op", "method", "path", "query", "nth",
-                                                   "times", "probability")
-                 if (value := getattr(self, name)) is not None]
-        return f"S3Fault({what.get(self.kind, self.kind)}{', ' if where else ''}{', '.join(where)})"
-
-    def matches(self, request: S3Request) -> bool:
-        """Whether `request` is one this rule applies to (firing aside)."""
-        if self.op is not None and request.op not in self.ops:
-            return False
-        if self.method is not None and request.method != self.method.upper():
-            return False
-        if isinstance(self.path, str) and not fnmatch.fnmatchcase(request.path, self.path):
-            return False
-        if isinstance(self.path, re.Pattern) and not self.path.search(request.path):
-            return False
-        for name, want in (self.query or {}).items():
-            if isinstance(want, bool):
-                if (name in request.query) != want:
-                    return False
-            elif request.query.get(name) != str(want):
-                return False
-        return self.when is None or bool(self.when(request))
-
-    # -- constructors: `match` takes the matching and firing fields above -------------------
-
-    @classmethod
-    def error(cls, status: int, code: str, message: str = "", *,
-              retry_after: float | None = None, **match: Any) -> S3Fault:
-        """An S3 XML error response, ``<Error><Code>code</Code>...``."""
-        return cls("error", status=status, code=code, message=message, retry_after=retry_after,
-                   **match)
-
-    @classmethod
-    def internal_error(cls, **match: Any) -> S3Fault:
-        """500 InternalError: transient."""
-        return cls.error(500, "InternalError", **match)
-
-    @classmethod
-    def slow_down(cls, *, retry_after: float | None = None, **match: Any) -> S3Fault:
-        """503 SlowDown: S3's throttle."""
-        return cls.error(503, "SlowDown", retry_after=retry_after, **match)
-
-    @classmethod
-    def service_unavailable(cls, *, retry_after: float | None = None, **match: Any) -> S3Fault:
-        """503 ServiceUnavailable: transient."""
-        return cls.error(503, "ServiceUnavailable", retry_after=retry_after, **match)
-
-    @classmethod
-    def too_many_requests(cls, code: str = "TooManyRequests", *,
-                          retry_after: float | None = None, **match: Any) -> S3Fault:
-        """429 throttle (S3-compatible stores send it; ``code="SlowDown"`` for some)."""
-        return cls.error(429, code, retry_after=retry_after, **match)
-
-    @classmethod
-    def access_denied(cls, **match: Any) -> S3Fault:
-        """403 AccessDenied: permanent."""
-        return cls.error(403, "AccessDenied", **match)
-
-    @classmethod
-    def no_such_bucket(cls, **match: Any) -> S3Fault:
-        """404 NoSuchBucket: permanent."""
-        return cls.error(404, "NoSuchBucket", **match)
-
-    @classmethod
-    def no_such_key(cls, **match: Any) -> S3Fault:
-        """404 NoSuchKey: permanent."""
-        return cls.error(404, "NoSuchKey", **match)
-
-    @classmethod
-    def error_in_200(cls, code: str = "InternalError", message: str = "", **match: Any) -> S3Fault:
-        """200 OK whose body is an ``<Error>``: what S3 does when CompleteMultipartUpload (or
-        a copy) fails after it started answering. Matches CompleteMultipartUpload by default."""
-        match.setdefault("op", "CompleteMultipartUpload")
-        return cls("error_in_200", status=200, code=code, message=message, **match)
-
-    @classmethod
-    def reset(cls, **match: Any) -> S3Fault:
-        """The connection is reset (TCP RST) once the request is read, before any response."""
-        return cls("reset", **match)
-
-    @classmethod
-    def truncate(cls, keep_bytes: int | None = None, **match: Any) -> S3Fault:
-        """moto answers, the headers go out with the full Content-Length, then only `keep_bytes`
-        of the body (default: half) and the connection closes. Needs a response with a body."""
-        return cls("truncate", keep_bytes=keep_bytes, **match)
-
-    @classmethod
-    def stall(cls, seconds: float = 30.0, **match: Any) -> S3Fault:
-        """No answer for `seconds` (bounded by the endpoint's `max_stall`, cut short by `stop`),
-        then the connection is reset: longer than the client's timeout, it sees a timeout."""
-        return cls("stall", seconds=seconds, **match)
-
-    @classmethod
-    def delay(cls, seconds: float, **match: Any) -> S3Fault:
-        """A slow but successful answer: wait `seconds` (bounded likewise), then serve."""
-        return cls("delay", seconds=seconds, **match)
-
 
 @dataclass
 class _Armed:
@@ -633,7 +371,8 @@ class S3FaultEndpoint:
         for name in list(backend.buckets):
             s3_backends.bucket_accounts.pop(name, None)
         backend.buckets.clear()
-        for tracked in (FakeKey.instances_tracked, FakeMultipart.instances_tracked):
+        for tracked in (getattr(FakeKey, "instances_tracked", ()),
+                        getattr(FakeMultipart, "instances_tracked", ())):
             for obj in list(tracked):
                 if getattr(obj, "account_id", None) == self.account_id:
                     obj.dispose()
