@@ -176,7 +176,7 @@ def cost_of_faults(scale: int, seeds: int, big: bool) -> list[str]:
 
 
 def run(quick: bool) -> list[str]:
-    return cost_of_faults(8, 2, big=False) if quick else cost_of_faults(1, 5, big=True)
+    return cost_of_faults(8, 2, big=False) if quick else cost_of_faults(1, 3, big=True)
 
 
 def main() -> None:

@@ -1,10 +1,9 @@
 """Large objects and many small ones: throughput at 1 and 4 GiB, peak memory, per-file cost.
 
 - ``copy_files`` of one 1 GiB and one 4 GiB object to and from SeaweedFS's S3 (``weed``, the
-  ``bench`` extra; about 100 MiB/s up and 80 MiB/s down here, where moto would bound the
-  figure), through unwrapped pyarrow S3 and retryfs (1 GiB: also the floor and Ray's wrapper);
-- peak RSS of a process uploading 1 GiB with ``copy_files`` (unwrapped vs retryfs, each in a
-  fresh interpreter that imports the same modules);
+  ``bench`` extra; about 100 MiB/s up and 80 MiB/s down on a quiet machine, where moto would
+  bound the figure), through unwrapped pyarrow S3 and retryfs; each upload runs in a fresh
+  interpreter (the same imports for both), whose peak RSS is the upload's;
 - per-file cost of ``copy_files`` of 10 to 10,000 files of 4 KiB, local to local (tmpfs),
   through the four contenders.
 
@@ -33,7 +32,6 @@ from benchmarks.common import (
     ratios,
     scratch,
     table,
-    timing_table,
 )
 from benchmarks.seaweed import SeaweedS3, seaweed_s3, weed_binary
 
@@ -48,42 +46,10 @@ def _big_file(path: str, nbytes: int) -> str:
     return path
 
 
-def large_objects(server: SeaweedS3, work: str, sizes: list[tuple[int, bool]]) -> list[str]:
-    """``sizes``: (bytes, all four contenders or only unwrapped and retryfs)."""
-    tables = []
-    native = server.pyarrow_fs()
-    for nbytes, everyone in sizes:
-        src = _big_file(os.path.join(work, "object.bin"), nbytes)
-        fss = four(native)
-        if not everyone:
-            fss = {name: fs for name, fs in fss.items() if name in (UNWRAPPED, RETRYFS)}
-        up: dict[str, list[float]] = {}
-        down: dict[str, list[float]] = {}
-        for name, fs in fss.items():
-            dest = f"{BUCKET}/{name.replace(' ', '_')}.bin"
-            started = time.perf_counter()
-            pafs.copy_files(src, dest, destination_filesystem=fs)
-            up[name] = [nbytes / MiB / (time.perf_counter() - started)]
-            back = os.path.join(work, "back.bin")
-            started = time.perf_counter()
-            pafs.copy_files(dest, back, source_filesystem=fs)
-            down[name] = [nbytes / MiB / (time.perf_counter() - started)]
-            if os.path.getsize(back) != nbytes:
-                raise AssertionError(f"{name}: downloaded {os.path.getsize(back)} bytes")
-            os.remove(back)
-            native.delete_file(dest)
-        os.remove(src)
-        what = f"one {nbytes / (1 << 30):g} GiB object, SeaweedFS S3 on loopback, one round"
-        tables.append(timing_table(f"copy_files local -> S3 of {what}", "MiB/s", up,
-                                   UNWRAPPED, digits=0, ratio_name="throughput ratio"))
-        tables.append(timing_table(f"copy_files S3 -> local of {what}", "MiB/s", down,
-                                   UNWRAPPED, digits=0, ratio_name="throughput ratio"))
-    return tables
-
-
-# The peak is the process's VmHWM (ru_maxrss would carry the parent's peak across fork+exec).
-_RSS_CHILD = """
-import sys, pyarrow.fs as pafs, retryfs
+# A fresh interpreter per upload, so that its peak RSS (VmHWM; ru_maxrss would carry the
+# parent's peak across fork+exec) is the upload's own.
+_UPLOAD_CHILD = """
+import sys, time, pyarrow.fs as pafs, retryfs
 from benchmarks.seaweed import SeaweedS3
 def peak():
     with open("/proc/self/status") as f:
@@ -92,32 +58,61 @@ contender, endpoint, src, dest = sys.argv[1:]
 native = SeaweedS3(endpoint).pyarrow_fs()
 fs = native if contender == "unwrapped" else retryfs.RetryingFileSystem(native)
 before = peak()
+started = time.perf_counter()
 pafs.copy_files(src, dest, destination_filesystem=fs)
-print(before, peak())
+print(time.perf_counter() - started, before, peak())
 """
 
 
-def peak_rss(server: SeaweedS3, work: str, nbytes: int, rounds: int) -> list[str]:
-    peaks: dict[str, list[float]] = {UNWRAPPED: [], RETRYFS: []}
-    native = server.pyarrow_fs()
-    src = _big_file(os.path.join(work, "object.bin"), nbytes)
+def _upload_in_child(server: SeaweedS3, contender: str, src: str, dest: str
+                     ) -> tuple[float, float, float]:
+    """``(seconds, peak RSS MiB before the upload, peak RSS MiB after)``."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p))
-    for round_no in range(rounds):
-        for contender in peaks:
-            dest = f"{BUCKET}/{contender}-{round_no}.bin"
-            out = subprocess.run(
-                [sys.executable, "-c", _RSS_CHILD, contender, server.endpoint, src, dest],
-                check=True, capture_output=True, text=True, env=env).stdout.split()
-            peaks[contender].append(float(out[-1]))
+    out = subprocess.run(
+        [sys.executable, "-c", _UPLOAD_CHILD, contender, server.endpoint, src, dest],
+        check=True, capture_output=True, text=True, env=env).stdout.split()
+    seconds, before, after = (float(x) for x in out[-3:])
+    return seconds, before, after
+
+
+def large_objects(server: SeaweedS3, work: str, sizes: list[int]) -> list[str]:
+    """Each size up (in a child process, its peak RSS measured) and down, unwrapped and
+    through retryfs, one round."""
+    native = server.pyarrow_fs()
+    contenders = {UNWRAPPED: native, RETRYFS: four(native)[RETRYFS]}
+    rows = []
+    warm = _big_file(os.path.join(work, "warm.bin"), 16 * MiB)  # an untimed first round trip
+    for fs in contenders.values():
+        pafs.copy_files(warm, f"{BUCKET}/warm.bin", destination_filesystem=fs)
+        pafs.copy_files(f"{BUCKET}/warm.bin", warm, source_filesystem=fs)
+    os.remove(warm)
+    for nbytes in sizes:
+        src = _big_file(os.path.join(work, "object.bin"), nbytes)
+        mib = nbytes / MiB
+        base_up = base_down = base_peak = 0.0
+        for name, fs in contenders.items():
+            dest = f"{BUCKET}/{name.replace(' ', '_')}.bin"
+            seconds, before, peak = _upload_in_child(server, name, src, dest)
+            back = os.path.join(work, "back.bin")
+            started = time.perf_counter()
+            pafs.copy_files(dest, back, source_filesystem=fs)
+            down = mib / (time.perf_counter() - started)
+            if os.path.getsize(back) != nbytes:
+                raise AssertionError(f"{name}: downloaded {os.path.getsize(back)} bytes")
+            os.remove(back)
             native.delete_file(dest)
-    os.remove(src)
-    base = sorted(peaks[UNWRAPPED])[len(peaks[UNWRAPPED]) // 2]
-    rows = [[name, f"{min(values):.0f}-{max(values):.0f}",
-             f"{sorted(values)[len(values) // 2] - base:+.0f}"] for name, values in peaks.items()]
-    return [table(f"peak RSS of a process uploading {nbytes >> 20} MiB with copy_files to "
-                  f"SeaweedFS S3 ({rounds} rounds)",
-                  ["", "peak RSS MiB (range)", "median vs unwrapped MiB"], rows)]
+            up = mib / seconds
+            if name == UNWRAPPED:
+                base_up, base_down, base_peak = up, down, peak
+            rows.append([f"{nbytes / (1 << 30):g} GiB", name, f"{up:.0f}", f"{up / base_up:.2f}",
+                         f"{down:.0f}", f"{down / base_down:.2f}",
+                         f"{peak:.0f} (imports {before:.0f})", f"{peak - base_peak:+.0f}"])
+        os.remove(src)
+    return [table("one large object to and from SeaweedFS S3 on loopback with copy_files, one "
+                  "round each; the upload in a fresh process, its peak RSS measured",
+                  ["object", "", "up MiB/s", "ratio", "down MiB/s", "ratio",
+                   "peak RSS MiB", "vs unwrapped"], rows)]
 
 
 def per_file_cost(counts: list[int], rounds: int) -> list[str]:
@@ -147,7 +142,7 @@ def per_file_cost(counts: list[int], rounds: int) -> list[str]:
 
             results = interleave({name: copy(name, fs) for name, fs in fss.items()},
                                  rounds if n < 10000 else max(3, rounds // 2),
-                                 warmup=rounds > 2 and n <= 1000)
+                                 warmup=n <= (1000 if rounds > 2 else 100))
             shutil.rmtree(src)
             rel = ratios(results, UNWRAPPED)
             rows.append([f"{n}", *(f"{Figure.of(results[name]).median:.0f} "
@@ -162,12 +157,7 @@ def run(quick: bool) -> list[str]:
     if weed_binary() is not None:
         with scratch("large", root=tempfile.gettempdir()) as work, seaweed_s3(work) as server:
             server.pyarrow_fs().create_dir(BUCKET)
-            if quick:
-                tables += large_objects(server, work, [(32 * MiB, False)])
-                tables += peak_rss(server, work, 64 * MiB, 1)
-            else:
-                tables += large_objects(server, work, [(1 << 30, True), (4 << 30, False)])
-                tables += peak_rss(server, work, 1 << 30, 2)
+            tables += large_objects(server, work, [64 * MiB] if quick else [1 << 30, 4 << 30])
     else:
         tables.append("(SeaweedFS's weed is not installed: large objects and RSS skipped; "
                       "pip install 'retryfs[bench]')")
