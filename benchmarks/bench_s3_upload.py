@@ -56,7 +56,7 @@ def moto_process(bucket: str) -> Iterator[str]:
             server.wait()
 
 
-QUICK_TREE = Tree(big_files=1, big_mib=12, small_files=10, small_kib=64)
+QUICK_TREE = Tree(big_files=1, big_mib=8, small_files=5, small_kib=64)
 FULL_TREE = Tree(big_files=1, big_mib=128, small_files=100, small_kib=64)
 
 
