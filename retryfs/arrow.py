@@ -322,16 +322,24 @@ class RetryingHandler(pafs.FileSystemHandler):
         return self.inner.open_output_stream(path, metadata=metadata)
 
     def _open_input(self, operation: str, path: str, *, seekable: bool) -> pa.NativeFile:
-        opener = getattr(self.inner, operation)
-
         read_timeout = self.timeouts.get("read")
 
-        def reopen() -> Any:
-            inner = self._call(operation, path, opener, path)
+        def opened(name: str) -> Any:
+            inner = self._call(name, path, getattr(self.inner, name), path)
             return inner if read_timeout is None else TimedInputStream(inner, read_timeout,
                                                                        "read", path)
 
-        stream = ResumableInputFile(path, reopen(), reopen, self.retrier, seekable=seekable)
+        def resume() -> Any:
+            # A failed read resumes with a ranged read at its offset: a random-access file,
+            # positioned by seek (S3: the next GET asks for ``Range: bytes=<offset>-``), never a
+            # fresh stream whose prefix is downloaded again and thrown away.
+            try:
+                return opened("open_input_file")
+            except NotImplementedError:  # a filesystem that only streams: skip to the offset
+                return opened("open_input_stream")
+
+        stream = ResumableInputFile(path, opened(operation), resume, self.retrier,
+                                    seekable=seekable)
         return InputFile(stream, mode="r")
 
     def _landed(self, path: str, size: int) -> bool:

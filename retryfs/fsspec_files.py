@@ -192,7 +192,9 @@ class RetryWriteFile(ReplayableOutputStream):
 class AsyncRetryReadFile:
     """The async reader of `AsyncRetryFileSystem.open_async`: reads resume after a failure.
 
-    A failed read reopens the stream and skips to the same offset (async streams cannot seek).
+    Async streams cannot seek, so after a failure the reads go on as ranged reads from the
+    offset (``_cat_file(path, start, end)``, S3: ``Range: bytes=<offset>-...``): the bytes
+    before the offset are never downloaded again.
     """
 
     def __init__(self, fs: Any, path: str, mode: str,
@@ -202,33 +204,34 @@ class AsyncRetryReadFile:
         self.mode = mode
         self._kwargs = dict(kwargs)
         self._inner: Any = None
+        self._ranged_size: int | None = None  # set once reads go on as ranged reads
         self.loc = 0
         self.closed = False
         self._lock = asyncio.Lock()
 
     @property
     def size(self) -> int | None:
+        if self._ranged_size is not None:
+            return self._ranged_size
         return getattr(self._inner, "size", None)
 
     def tell(self) -> int:
         return self.loc
 
     async def _first_open(self) -> None:
-        await self.fs.retrier.acall("open_input_file", self.path, self._reopen)
+        await self.fs.retrier.acall("open_input_file", self.path, self._open)
 
-    async def _reopen(self) -> None:
-        inner = await self.fs.fs.open_async(self.path, self.mode, **self._kwargs)
-        try:
-            remaining = self.loc
-            while remaining:
-                chunk = await inner.read(min(remaining, 8 * 1024 * 1024))
-                if not chunk:
-                    raise OSError(f"{self.path!r} ended before offset {self.loc} on reopen")
-                remaining -= len(chunk)
-        except BaseException:
-            await _aclose_quietly(inner)
-            raise
-        self._inner = inner
+    async def _open(self) -> None:
+        self._inner = await self.fs.fs.open_async(self.path, self.mode, **self._kwargs)
+
+    async def _ranged_read(self, length: int) -> bytes:
+        if self._ranged_size is None:
+            info = await self.fs.fs._info(self.path)
+            self._ranged_size = int(info["size"])
+        end = self._ranged_size if length < 0 else min(self._ranged_size, self.loc + length)
+        if end <= self.loc:
+            return b""
+        return bytes(await self.fs.fs._cat_file(self.path, start=self.loc, end=end))
 
     async def read(self, length: int = -1) -> bytes:
         if self.closed:
@@ -236,7 +239,10 @@ class AsyncRetryReadFile:
 
         async def attempt() -> bytes:
             if self._inner is None:
-                await self._reopen()
+                if self.loc == 0 and self._ranged_size is None:
+                    await self._open()
+                else:
+                    return await self._ranged_read(length)
             try:
                 return await self._inner.read(length)
             except BaseException:

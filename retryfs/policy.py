@@ -33,6 +33,7 @@ OPERATION_GROUPS: dict[str, str] = {
     "write": "write",
     "flush": "write",
     "close": "write",
+    "verify": "metadata",  # the read-after-write check after a commit
     "delete_dir": "delete",
     "delete_dir_contents": "delete",
     "delete_root_dir_contents": "delete",

@@ -55,7 +55,8 @@ class ReplayableOutputStream(io.RawIOBase):
     When a write, flush or close fails transiently, the broken inner stream is discarded, a
     fresh one is opened at the same path, the spool is replayed into it, and the operation
     goes on. After the commit (close) the object is checked to hold exactly the bytes written
-    (``verify``), and a missing or short object is committed again. The spool keeps up to
+    (``verify``, its own retried metadata call under the operation name ``verify``); only a
+    proven missing or short object is committed again. The spool keeps up to
     ``spool_memory`` bytes in memory and spills to a temporary file beyond that.
     """
 
@@ -81,6 +82,7 @@ class ReplayableOutputStream(io.RawIOBase):
         self._size = 0  # bytes the caller wrote
         self._inner_size = 0  # bytes the current inner stream has been given
         self._failed = False
+        self._unverified: Exception | None = None  # the error of a verification that gave up
         self._lock = threading.Lock()
         self._watchers = watching()  # the copy_files calls running now hear of its commit
 
@@ -121,6 +123,8 @@ class ReplayableOutputStream(io.RawIOBase):
                     return
                 try:
                     self._guarded("close", self._commit)
+                    if self._unverified is not None:  # committed, but the check gave up
+                        raise self._unverified
                 except BaseException as exc:
                     self._committed(exc)
                     raise
@@ -152,7 +156,17 @@ class ReplayableOutputStream(io.RawIOBase):
     def _commit(self, inner: _Writable) -> None:
         inner.close()
         self._inner = None  # closed: a retry must open a fresh stream and replay
-        if self._verify is not None and not self._verify(self.path, self._size):
+        if self._verify is None:
+            return
+        # The check is a metadata call retried on its own: a failed HEAD proves nothing about
+        # the object, so it never sends the object again. Only a proven missing or short
+        # object fails this commit attempt, and the close loop commits it again.
+        try:
+            landed = self._retrier.call("verify", self.path, self._verify, self.path, self._size)
+        except Exception as exc:  # noqa: BLE001 - raised by close(), after the close loop
+            self._unverified = exc
+            return
+        if not landed:
             raise CommitNotVisibleError(
                 f"{self.path!r} was committed but does not hold the {self._size} bytes written")
 

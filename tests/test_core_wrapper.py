@@ -110,7 +110,7 @@ def test_a_pickled_wrapper_works_in_another_process(tmp_path):
     proc.start()
     result = queue.get(timeout=60)
     proc.join(timeout=60)
-    assert result == ("RetryingFileSystem", 7, 3)  # open, write, close counted in the child
+    assert result == ("RetryingFileSystem", 7, 4)  # open, write, close, verify in the child
     assert (tmp_path / "child.txt").read_bytes() == b"from a child process"
     assert fs.stats.snapshot()["calls"] == 0  # the parent's counters are its own
 

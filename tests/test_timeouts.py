@@ -98,7 +98,8 @@ def test_the_abandoned_stream_is_closed_when_its_call_returns(store):
         opened.append(stream)
         return stream
 
-    handler.inner = type("Spy", (), {"open_input_stream": staticmethod(spy)})()
+    handler.inner = type("Spy", (), {"open_input_stream": staticmethod(spy),  # resumes with
+                                     "open_input_file": handler.inner.open_input_file})()
     with fs.open_input_stream(path) as f:
         assert f.read() == DATA
     first = opened[0]

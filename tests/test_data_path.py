@@ -1,0 +1,174 @@
+"""A fault costs what it broke: bytes and requests counted on the S3 fault endpoint.
+
+Each test puts a real client (pyarrow's native ``S3FileSystem`` or s3fs, their own retries at
+one attempt) behind `RetryingFileSystem`, injects faults in the HTTP exchange, and counts what
+crossed the wire (``RequestRecord.response_bytes`` for downloads, ``request_bytes`` for
+uploads). The sizes are small (moto stores about 40 MB/s here); the ratios are what matter.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from retryfs import RetryingFileSystem, RetryPolicy
+from retryfs.fsspec import RetryFileSystem
+from retryfs.testing import S3Fault
+
+MiB = 1 << 20
+POLICY = RetryPolicy(max_attempts=4, initial_delay=0.001, multiplier=2, max_delay=0.004,
+                     jitter=False)
+OBJECT = random.Random(13).randbytes(8 * MiB)
+MULTIPART = random.Random(14).randbytes(12 * MiB)  # pyarrow: 2 parts of 10 MiB; s3fs: 3 of 5
+RESUME_AT = 7 * MiB  # as one reset at 56 MiB of a 64 MiB object
+
+
+def _sent_by_server(endpoint, op="GetObject") -> int:
+    return sum(r.response_bytes for r in endpoint.requests(op=op))
+
+
+def _ranged_from(offset: int):
+    return lambda request: request.headers.get("range", "").startswith(f"bytes={offset}-")
+
+
+def _read_all(f, chunk: int = MiB) -> bytes:
+    parts = []
+    while block := f.read(chunk):
+        parts.append(block)
+    return b"".join(parts)
+
+
+@pytest.fixture
+def stored(s3_fault_endpoint, s3_fault_bucket):
+    s3_fault_endpoint.put_object(s3_fault_bucket, "big.bin", OBJECT)
+    return f"{s3_fault_bucket}/big.bin"
+
+
+# -- reads resume with a ranged read -----------------------------------------------------------
+
+@pytest.mark.parametrize("opener", ["open_input_stream", "open_input_file"])
+def test_one_reset_late_in_a_read_resumes_at_its_offset(s3_fault_endpoint, stored, opener):
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False)
+    reset = ep.add_fault(S3Fault.reset(op="GetObject", when=_ranged_from(RESUME_AT), times=1))
+    with getattr(fs, opener)(stored) as f:
+        data = _read_all(f)
+    assert data == OBJECT and ep.fired(reset) == 1
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 1
+    assert _sent_by_server(ep) <= 1.05 * len(OBJECT)  # was 1.875x: the prefix downloaded again
+    # the resumed GET asked for the rest from the offset, not from byte 0
+    ranges = [r.headers.get("range", "") for r in ep.requests(op="GetObject")]
+    assert sum(rng.startswith(f"bytes={RESUME_AT}-") for rng in ranges) == 2
+
+
+def test_five_percent_of_gets_resetting_costs_under_five_percent(s3_fault_endpoint, stored):
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False)
+    resets = ep.add_fault(S3Fault.reset(op="GetObject", probability=0.05, seed=7))
+    # copy_files' path: open_input_stream, 1 MiB reads
+    with fs.open_input_stream(stored) as f:
+        data = _read_all(f, MiB // 4)
+    assert data == OBJECT and ep.fired(resets) >= 2
+    assert _sent_by_server(ep) <= 1.05 * len(OBJECT)
+
+
+def test_a_truncated_body_resumes_where_the_bytes_stopped(s3_fault_endpoint, stored):
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False)
+    cut = ep.add_fault(S3Fault.truncate(op="GetObject", when=_ranged_from(RESUME_AT), times=1))
+    with fs.open_input_stream(stored) as f:
+        data = _read_all(f)
+    assert data == OBJECT and ep.fired(cut) == 1
+    assert _sent_by_server(ep) <= len(OBJECT) + MiB
+
+
+@pytest.mark.parametrize("face", ["fsspec", "pyarrow-over-s3fs"])
+def test_the_fsspec_face_resumes_with_a_ranged_read(s3_fault_endpoint, stored, face):
+    ep = s3_fault_endpoint
+    inner = ep.s3fs(default_block_size=MiB, default_cache_type="none")
+    # aiohttp replays an idempotent request once when the connection drops: reset it twice
+    reset = ep.add_fault(S3Fault.reset(op="GetObject", when=_ranged_from(RESUME_AT), times=2))
+    if face == "fsspec":
+        fs = RetryFileSystem(fs=inner, max_attempts=4, initial_delay=0.001, jitter=False,
+                             budget=False)
+        f = fs.open(stored, "rb")
+    else:
+        f = RetryingFileSystem(inner, POLICY, budget=False).open_input_stream(stored)
+    with f:
+        data = _read_all(f)
+    assert data == OBJECT and ep.fired(reset) == 2
+    assert _sent_by_server(ep) <= 1.05 * len(OBJECT)
+
+
+# -- verification is its own metadata call -----------------------------------------------------
+
+#: What a request body carries beyond its payload (pyarrow signs parts in aws-chunked framing).
+FRAMING = 64 * 1024
+
+
+def _uploaded(endpoint) -> int:
+    return sum(r.request_bytes for r in endpoint.requests()
+               if r.op in ("PutObject", "UploadPart"))
+
+
+@pytest.mark.parametrize("client", ["pyarrow", "s3fs"])
+def test_a_failed_verification_head_sends_no_object_bytes_again(s3_fault_endpoint,
+                                                                 s3_fault_bucket, client):
+    ep = s3_fault_endpoint
+    inner = ep.pyarrow_fs() if client == "pyarrow" else ep.s3fs(default_block_size=5 * MiB)
+    fs = RetryingFileSystem(inner, POLICY, budget=False)
+    head = ep.add_fault(S3Fault.slow_down(op="HeadObject", times=1))
+    with fs.open_output_stream(f"{s3_fault_bucket}/model.pt") as f:
+        f.write(MULTIPART)
+    data = MULTIPART
+    assert ep.fired(head) == 1
+    faulted, = ep.requests(op="HeadObject", faulted=True)
+    complete, = ep.requests(op="CompleteMultipartUpload")
+    assert faulted.seq > complete.seq  # the fault hit the verification, after the commit
+    assert ep.get_object(s3_fault_bucket, "model.pt") == data
+    assert ep.counts()["CompleteMultipartUpload"] == 1  # committed once
+    assert _uploaded(ep) <= len(data) + FRAMING  # was 2x: the HEAD's failure replayed it all
+    by_operation = fs.stats.snapshot()["by_operation"]
+    assert by_operation["verify"]["retries"] == 1
+    assert by_operation["close"]["retries"] == 0
+
+
+
+def test_a_verification_that_gives_up_raises_and_sends_nothing_again(s3_fault_endpoint,
+                                                                      s3_fault_bucket):
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False)
+    heads = ep.add_fault(S3Fault.internal_error(op="HeadObject"))
+    path = f"{s3_fault_bucket}/unproven.bin"
+    with pytest.raises(OSError, match="HTTP status 500"):
+        with fs.open_output_stream(path) as f:
+            f.write(OBJECT[:MiB])
+    assert ep.fired(heads) == POLICY.max_attempts
+    assert ep.counts()["CompleteMultipartUpload"] == 1
+    assert _uploaded(ep) <= MiB + FRAMING
+    assert path in fs.failed_commits()  # unproven: copy_files raises rather than trusting it
+
+
+def test_the_async_reader_resumes_with_ranged_reads(s3_fault_endpoint, stored):
+    import asyncio
+
+    ep = s3_fault_endpoint
+    fs = RetryFileSystem(fs=ep.s3fs(asynchronous=True), max_attempts=4, initial_delay=0.001,
+                         jitter=False, budget=False, asynchronous=True)
+    cut = ep.add_fault(S3Fault.truncate(op="GetObject", times=1))  # the body stops halfway
+
+    async def read_all() -> bytes:
+        session = await fs.fs.set_session()
+        try:
+            f = await fs.open_async(stored, "rb")
+            parts = []
+            async with f:
+                while block := await f.read(MiB):
+                    parts.append(block)
+            return b"".join(parts)
+        finally:
+            await session.close()
+
+    assert asyncio.run(read_all()) == OBJECT and ep.fired(cut) == 1
+    assert _sent_by_server(ep) <= 1.05 * len(OBJECT)  # was 1.5x: the first half sent again
