@@ -10,6 +10,7 @@ wrapped in `RetryingFileSystem`. Then it shows what training reported and what s
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -95,7 +96,7 @@ def run(out: TextIO, endpoint: Any) -> bool:
         import torch  # noqa: F401
     except ImportError:
         print("\nRay Train part skipped: install ray[train] and torch "
-              "(pip install 'retryfs[ray]' torch).", file=out)
+              "(in the retryfs checkout: pip install '.[ray]' torch).", file=out)
         return True
     from .testing.s3 import S3Fault
 
@@ -110,8 +111,10 @@ def run(out: TextIO, endpoint: Any) -> bool:
     print("Starting a local Ray (2 CPUs) ...", file=out, flush=True)
     started = time.monotonic()
     rows = []
+    # Ray's session files go to a directory of the demo's own, removed after (nothing left behind)
+    ray_dir = tempfile.mkdtemp(prefix="ray-")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+             configure_logging=False, _temp_dir=ray_dir)
     ok = True
     try:
         for label in ("pyarrow (plain)", "retryfs"):
@@ -136,6 +139,7 @@ def run(out: TextIO, endpoint: Any) -> bool:
                 ok = reported == "finished" and held == EPOCHS and not without
     finally:
         ray.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
     print(file=out)
     print_table(out, ("storage_filesystem", "training", "checkpoints in storage", "time"), rows)
     print(f"(Ray part: {time.monotonic() - started:.0f}s. A complete training script with "

@@ -1,12 +1,72 @@
-"""Fixtures shared by the test suite."""
+"""Fixtures shared by the test suite, and the session's own temporary directory.
+
+Each pytest session gets a temporary directory of its own (``TMPDIR``, ``tempfile.tempdir``,
+inherited by subprocesses and Ray workers; pytest's ``tmp_path`` lives inside it too), so that
+what this session leaves behind can be told apart from what other sessions on the machine do.
+At the end, anything left in it besides pytest's own ``tmp_path`` tree fails the run, named
+(tests clean up what they and the code under test create); then the directory is removed.
+"""
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
 from retryfs.budget import reset_budgets
 
-pytest_plugins = ["retryfs.testing.pytest_plugin"]
+pytest_plugins = ["pytester", "retryfs.testing.pytest_plugin"]
+
+_PYTEST_OWN = ("pytest-of-",)  # pytest's basetemp root (tmp_path and tmp_path_factory)
+
+
+def pytest_configure(config):
+    if hasattr(config, "_retryfs_tmp"):
+        return
+    saved = (os.environ.get("TMPDIR"), tempfile.tempdir)
+    own = tempfile.mkdtemp(prefix="rfs-")  # short: Ray's AF_UNIX socket paths sit below it
+    os.environ["TMPDIR"] = own
+    tempfile.tempdir = own
+    config._retryfs_tmp = (own, saved)
+
+
+def leftovers(directory):
+    """What is in ``directory`` besides pytest's own tree, sorted."""
+    return sorted(name for name in os.listdir(directory) if not name.startswith(_PYTEST_OWN))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    own, _ = getattr(session.config, "_retryfs_tmp", (None, None))
+    if own is None or not os.path.isdir(own):
+        return
+    left = leftovers(own)
+    if left:
+        shown = ", ".join(left[:20]) + (f" and {len(left) - 20} more" if len(left) > 20 else "")
+        message = (f"tests left {len(left)} entr{'y' if len(left) == 1 else 'ies'} in the "
+                   f"temporary directory ({own}): {shown}")
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("=", "leftovers in the temporary directory", red=True)
+            reporter.write_line(message)
+        else:
+            print(message)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config):
+    own, saved = getattr(config, "_retryfs_tmp", (None, (None, None)))
+    if own is None:
+        return
+    shutil.rmtree(own, ignore_errors=True)
+    tmpdir, tempdir = saved
+    if tmpdir is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = tmpdir
+    tempfile.tempdir = tempdir
+    del config._retryfs_tmp
 
 
 @pytest.fixture

@@ -14,12 +14,15 @@ storage holds with what the worker wrote.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
+import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,6 +128,9 @@ def train_loop(config: dict[str, Any]) -> None:
             loss.backward()
             optimizer.step()
         metrics = {"epoch": epoch, "loss": loss.item(), "resumed_from": start}
+        if config.get("every_rank") or config.get("async"):
+            _report_from_every_rank(model, metrics, rank, asynchronous=config.get("async"))
+            continue
         if rank != 0:
             ray.train.report(metrics)
             continue
@@ -137,6 +143,65 @@ def train_loop(config: dict[str, Any]) -> None:
             Path(local, META_FILE).write_text(json.dumps({"epoch": epoch}))
             metrics.update(sha256=sha256(data), size=len(data))
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(local))
+
+
+def rank_file(rank: int) -> str:
+    return f"model-rank{rank}.pt"
+
+
+def _report_from_every_rank(model: Any, metrics: dict[str, Any], rank: int, *,
+                            asynchronous: bool) -> None:
+    """Each rank uploads its own ``model-rank<r>.pt`` (+ sha256) into the same checkpoint; with
+    ``asynchronous`` through ``CheckpointUploadMode.ASYNC`` (Ray uploads in the background and
+    deletes the local directory after, so it is not a ``TemporaryDirectory``)."""
+    import ray.train
+    import torch
+
+    local = tempfile.mkdtemp(prefix="ckpt-")
+    buffer = io.BytesIO()
+    torch.save(getattr(model, "module", model).state_dict(), buffer)
+    data = buffer.getvalue()
+    Path(local, rank_file(rank)).write_bytes(data)
+    Path(local, rank_file(rank) + ".sha256").write_text(sha256(data))
+    if rank == 0:
+        Path(local, META_FILE).write_text(json.dumps({"epoch": metrics["epoch"]}))
+    metrics = {**metrics, "sha256": sha256(data)}
+    checkpoint = ray.train.Checkpoint.from_directory(local)
+    if asynchronous:
+        ray.train.report(metrics, checkpoint=checkpoint,
+                         checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC)
+    else:
+        try:
+            ray.train.report(metrics, checkpoint=checkpoint)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+
+def report_worker_state(bucket: str, s3: dict[str, Any]) -> None:
+    """Write what this worker's storage filesystem (the one Ray unpickled here) says about
+    itself to ``<bucket>/workers/rank-<r>.json``: node, pid, type, policy, stats, failed
+    commits. Called at the end of a training loop; ``s3`` are `s3_options` of the endpoint."""
+    import ray
+    import ray.train
+
+    fs = ray.train.get_context().get_storage().storage_filesystem
+    rank = ray.train.get_context().get_world_rank()
+    state = {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+             "type": type(fs).__name__, "policy": repr(getattr(fs, "policy", None)),
+             "native_attempts": getattr(getattr(fs, "retry_handler", None), "native_attempts",
+                                        None),
+             "stats": fs.stats.snapshot() if hasattr(fs, "stats") else None,
+             "failed_commits": sorted(fs.failed_commits()) if hasattr(fs, "failed_commits")
+             else None}
+    with pafs.S3FileSystem(**s3).open_output_stream(  # not through fs: its stats stay as read
+            f"{bucket}/workers/rank-{rank}.json") as out:
+        out.write(json.dumps(state, default=str).encode())
+
+
+def cluster_train_loop(config: dict[str, Any]) -> None:
+    """`train_loop`, then `report_worker_state`."""
+    train_loop(config)
+    report_worker_state(config["bucket"], config["s3"])
 
 
 # -- driving a run -------------------------------------------------------------------------------
@@ -170,16 +235,103 @@ def ray_init(**kwargs: Any) -> None:
             os.environ["PYTHONPATH"] = saved
 
 
+#: What Ray Train, its Lightning callback and torch leave in the temporary directory: a
+#: checkpoint download that failed half-way (``Checkpoint.as_directory``), the callback's empty
+#: per-rank directories, Ray's file locks, torch's compile cache (made when a worker imports it).
+RAY_LEFTOVERS = ("checkpoint_tmp_", "lightning_checkpoints-", "_ray_lockfiles", "torchinductor_")
+
+
+@contextlib.contextmanager
+def ray_session(**kwargs: Any) -> Iterator[str]:
+    """`ray_init` for the block, leaving nothing in the temporary directory; yields Ray's temp dir.
+
+    Ray's session directory goes to a short directory of its own in the temporary directory
+    (under pytest's deep ``tmp_path`` Ray's socket paths would pass the 107 bytes of AF_UNIX),
+    removed after ``ray.shutdown()``, with what Ray left there (`RAY_LEFTOVERS`) since the block
+    began. Anything else left in the temporary directory is for the session check to see.
+    """
+    import ray
+
+    with _ray_temp_dir() as ray_dir:
+        ray_init(_temp_dir=ray_dir, **kwargs)
+        try:
+            yield ray_dir
+        finally:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def _ray_temp_dir() -> Iterator[str]:
+    """A short temp dir for Ray (also ``RAY_TMPDIR``: its lock files and address file go there),
+    removed after, with `RAY_LEFTOVERS` that appeared in the temporary directory meanwhile."""
+    tmp = tempfile.gettempdir()
+    before = set(os.listdir(tmp))
+    ray_dir = tempfile.mkdtemp(prefix="ray-")
+    os.mkdir(os.path.join(ray_dir, "ray"))  # where Ray writes its address file
+    saved = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = ray_dir
+    try:
+        yield ray_dir
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved
+        shutil.rmtree(ray_dir, ignore_errors=True)
+        for name in set(os.listdir(tmp)) - before:
+            if name.startswith(RAY_LEFTOVERS):
+                path = os.path.join(tmp, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(path)
+
+
+@contextlib.contextmanager
+def two_node_cluster() -> Iterator[Any]:
+    """A `ray.cluster_utils.Cluster` of two nodes on this machine (1 CPU each, a custom resource
+    ``node_a`` / ``node_b`` apiece), the driver connected; nothing left in the temp dir after."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    for name, value in QUIET_RAY.items():
+        os.environ.setdefault(name, value)
+    with _ray_temp_dir() as ray_dir:
+        saved = os.environ.get("PYTHONPATH")
+        here = str(Path(__file__).resolve().parent)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, saved) if p)
+        cluster = Cluster()
+        try:
+            cluster.add_node(num_cpus=1, resources={"node_a": 1}, temp_dir=ray_dir,
+                             include_dashboard=False)
+            cluster.add_node(num_cpus=1, resources={"node_b": 1}, temp_dir=ray_dir)
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address, log_to_driver=os.environ.get(
+                "RETRYFS_RAY_LOGS") == "1", configure_logging=False)
+            yield cluster
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+            ray.shutdown()
+            cluster.shutdown()
+
+
 def fit(storage: pafs.FileSystem, name: str, *, epochs: int = 3, bucket: str = "ray-e2e",
-        steps: int = 2, max_failures: int = 0) -> Any:
-    """Run `train_loop` with 2 CPU workers; returns the ``Result`` (or raises what fit raised)."""
+        steps: int = 2, max_failures: int = 0, loop: Any = None,
+        scaling: dict[str, Any] | None = None, **config: Any) -> Any:
+    """Run `train_loop` (or ``loop``) with 2 CPU workers (``scaling``: more `ScalingConfig`
+    arguments; ``config``: more of the loop's config); returns the ``Result`` (or raises what
+    fit raised)."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     trainer = TorchTrainer(
-        train_loop,
-        train_loop_config={"epochs": epochs, "steps": steps},
-        scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+        loop or train_loop,
+        train_loop_config={"epochs": epochs, "steps": steps, "bucket": bucket, **config},
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, **(scaling or {})),
         torch_config=TorchConfig(backend="gloo"),
         run_config=RunConfig(
             name=name, storage_path=f"{bucket}/exp", storage_filesystem=storage,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -489,11 +490,12 @@ def test_ray_exporter_pushes_exact_increments(store):
 def test_ray_exporter_starts_inside_ray_and_uses_the_real_api(tmp_path):
     """In a Ray task, the first RetryStats starts the exporter, which feeds ray.util.metrics."""
     ray = pytest.importorskip("ray")
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"RETRYFS_RAY_METRICS_INTERVAL": "3600"}})
-    try:
+    import ray_helpers
+
+    with contextlib.ExitStack() as stack:
+        if not ray.is_initialized():  # a local Ray of its own, leaving nothing in the temp dir
+            stack.enter_context(ray_helpers.ray_session(
+                num_cpus=1, runtime_env={"env_vars": {"RETRYFS_RAY_METRICS_INTERVAL": "3600"}}))
         @ray.remote
         def task(path: str) -> tuple[bool, int, int]:
             import pyarrow.fs as pafs
@@ -514,9 +516,6 @@ def test_ray_exporter_starts_inside_ray_and_uses_the_real_api(tmp_path):
         with open(path, "wb") as f:
             f.write(b"x")
         running, pushed, again = ray.get(task.remote(path), timeout=120)
-    finally:
-        if started_here:
-            ray.shutdown()
     assert running
     assert pushed >= 4  # calls, attempts, recovered, throttled, sleep, retries[error]
     assert again == 0

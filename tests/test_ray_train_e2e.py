@@ -47,9 +47,8 @@ def ray_cluster():
 
     if ray.is_initialized():  # another module's Ray: ours needs the settings of ray_init
         ray.shutdown()
-    h.ray_init()
-    yield
-    ray.shutdown()
+    with h.ray_session():  # nothing of Ray's is left in the temporary directory
+        yield
 
 
 @pytest.fixture

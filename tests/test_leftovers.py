@@ -1,0 +1,56 @@
+"""The session check of ``tests/conftest.py``: a run that leaves files in the temporary
+directory fails, naming them; a clean one passes; other sessions' files are not counted."""
+
+import os
+import tempfile
+from pathlib import Path
+
+CONFTEST = Path(__file__).with_name("conftest.py").read_text()
+
+
+def test_tmpdir_is_this_sessions_own():
+    own = tempfile.gettempdir()
+    assert os.environ["TMPDIR"] == own and os.path.basename(own).startswith("rfs-")
+
+
+def test_a_run_that_leaves_files_behind_fails(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_leaky="""
+        import os, tempfile
+
+        def test_leaks_a_file():
+            fd, _ = tempfile.mkstemp(prefix="checkpoint_tmp_")
+            os.close(fd)
+
+        def test_leaks_a_directory():
+            os.mkdir(os.path.join(tempfile.gettempdir(), "lightning_checkpoints-x"))
+
+        def test_tmp_path_is_fine(tmp_path):
+            (tmp_path / "kept-by-pytest").write_text("ok")
+    """)
+    outside = Path(os.environ["TMPDIR"], "another-session-file")  # not this inner session's
+    outside.write_text("x")
+    try:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    finally:
+        outside.unlink()
+    result.assert_outcomes(passed=3)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*tests left 2 entries in the temporary directory*"
+                                 "checkpoint_tmp_*lightning_checkpoints-x*"])
+    assert "another-session-file" not in result.stdout.str()
+
+
+def test_a_clean_run_passes(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_clean="""
+        import tempfile
+
+        def test_cleans_up(tmp_path):
+            with tempfile.TemporaryDirectory():
+                pass
+            (tmp_path / "f").write_text("ok")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0 and "leftovers" not in result.stdout.str()
