@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench bench-quick clean
+.PHONY: demo test test-fast lint bench bench-quick clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(VENV)/.demo-installed: pyproject.toml | $(PY)
 
 $(VENV)/.test-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[test]'
+	touch $@ $(VENV)/.demo-installed $(VENV)/.test-fast-installed
+
+$(VENV)/.test-fast-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test-fast]'
 	touch $@ $(VENV)/.demo-installed
 
 $(VENV)/.bench-installed: pyproject.toml | $(PY)
@@ -38,7 +42,14 @@ bench: $(VENV)/.bench-installed
 bench-quick: $(VENV)/.bench-installed
 	$(PY) -m benchmarks.run --quick
 
-lint: $(VENV)/.test-installed
+# For contributors: a lighter install (no Ray, torch, Lightning: their tests skip) and every
+# test not marked e2e.
+test-fast: $(VENV)/.test-fast-installed
+	$(PY) -m ruff check retryfs tests benchmarks examples
+	$(PY) -m mypy
+	$(PY) -m pytest -ra -m "not e2e"
+
+lint: $(VENV)/.test-fast-installed
 	$(PY) -m ruff check retryfs tests benchmarks examples
 	$(PY) -m mypy
 

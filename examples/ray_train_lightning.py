@@ -11,7 +11,7 @@ that finally fails is an error instead of a checkpoint silently missing.
     python examples/ray_train_lightning.py \\
         "s3://my-bucket/experiments?region=us-east-1&retry_max_attempts=8&retry_max_delay=30&retry_deadline=300"
 
-    # no cloud account: retryfs's S3 fault endpoint (moto on loopback, pip install 'retryfs[demo]')
+    # no cloud account: retryfs's S3 fault endpoint (moto on loopback, pip install '.[demo]')
     # with a plan of faults; the URI names only the bucket and the retry parameters
     python examples/ray_train_lightning.py --fault-endpoint
 

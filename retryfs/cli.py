@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start a local S3 server (moto) that fails like S3 does, upload a "
         "synthetic checkpoint with plain pyarrow and through retryfs under the same faults, "
         "and show what each reported and what storage holds. No cloud account needed "
-        "(needs the demo extra: pip install 'retryfs[demo]').")
+        "(needs the demo extra; in the retryfs checkout: pip install '.[demo]').")
     demo.add_argument("--size-mb", type=_positive_float, default=200.0,
                       help="checkpoint size in MiB (default: 200)")
     demo.add_argument("--ray", action="store_true",

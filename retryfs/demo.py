@@ -277,8 +277,8 @@ def run(out: TextIO = sys.stdout, size_mb: float = 200.0, ray: bool = False,
     try:
         from .testing.s3 import S3FaultEndpoint
     except ImportError as exc:
-        raise ImportError("the demo needs moto's S3 server: pip install 'retryfs[demo]' "
-                          f"({exc})") from None
+        raise ImportError("the demo needs moto's S3 server; in the retryfs checkout: "
+                          f"pip install '.[demo]' ({exc})") from None
     started = time.monotonic()
     ok = True
     show_native = os.environ.get("RETRYFS_DEMO_STDERR") == "1"

@@ -126,7 +126,7 @@ class PrometheusCollector:
             import prometheus_client  # noqa: F401
         except ImportError as exc:  # pragma: no cover - the extra is documented
             raise ImportError("PrometheusCollector needs prometheus-client: "
-                              "pip install 'retryfs[prometheus]'") from exc
+                              "pip install '.[prometheus]' in the retryfs checkout") from exc
         resolved = _resolve_sources(sources)
         self._sources = resolved
         self._named = resolved is not None and any(n is not None for n, _ in resolved)

@@ -3,7 +3,11 @@
 import pickle
 
 import pytest
-from ray import cloudpickle
+
+try:
+    from ray import cloudpickle  # what Ray uses to ship the filesystem to workers
+except ImportError:  # make test-fast installs no Ray: the same library, not vendored
+    import cloudpickle
 
 from retryfs import RetryingFileSystem, RetryPolicy
 from retryfs.testing import S3Fault
