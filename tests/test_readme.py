@@ -22,6 +22,9 @@ def test_the_first_example_runs_and_shows_a_retried_fault():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "'retries': 2" in done.stdout and "'throttled': 2" in done.stdout
+    output = README.index("```\n", README.index("```", first + 10) + 3) + 4  # the block below
+    shown = README[output:README.index("```", output)].strip().splitlines()[-1]
+    assert done.stdout.strip() == shown  # the stats line the README shows
     assert done.stderr.count("SLOW_DOWN during UploadPart") == 2  # the log line per retry
 
 
