@@ -24,8 +24,8 @@ from benchmarks import bench_faults, bench_granularity, bench_large, bench_overh
 SECTIONS: dict[str, Callable[[bool], list[str]]] = {
     "overhead": bench_overhead.run,
     "s3": bench_s3_upload.run,
-    "faults": bench_faults.run,
     "granularity": bench_granularity.run,
+    "faults": bench_faults.run,
     "large": bench_large.run,
 }
 
