@@ -38,7 +38,7 @@ from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault, S3FaultEndpoint
 
 BUCKET = "bench-faults"
 QUICK_TREE = Tree(big_files=1, big_mib=12, small_files=5, small_kib=64)
-FULL_TREE = Tree(big_files=1, big_mib=64, small_files=100, small_kib=64)
+FULL_TREE = Tree(big_files=1, big_mib=32, small_files=50, small_kib=64)
 
 
 @dataclass

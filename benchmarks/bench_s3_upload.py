@@ -57,7 +57,7 @@ def moto_process(bucket: str) -> Iterator[str]:
 
 
 QUICK_TREE = Tree(big_files=1, big_mib=8, small_files=5, small_kib=64)
-FULL_TREE = Tree(big_files=1, big_mib=128, small_files=100, small_kib=64)
+FULL_TREE = Tree(big_files=1, big_mib=64, small_files=100, small_kib=64)
 
 
 def upload_download(tree: Tree, rounds: int, warmup: bool = True) -> list[str]:
