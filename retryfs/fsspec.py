@@ -488,11 +488,33 @@ class RetryFileSystem(ChainedFileSystem):
 
 # -- the blocking methods ------------------------------------------------------------------------
 
+#: fsspec's generic probes answer False on *any* error; on this face only "not found" is False.
+_PROBES: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "exists": lambda info: True, "lexists": lambda info: True,
+    "isdir": lambda info: info.get("type") == "directory",
+    "isfile": lambda info: info.get("type") == "file",
+}
+
+
+def _probe(self: RetryFileSystem, name: str, path: Any, **kwargs: Any) -> bool:
+    """``exists``/``isdir``/``isfile`` from a retried ``info``: False when it is not found; an
+    error that outlived the retries (or a permanent one) is raised, never read as "absent"
+    (fsspec's ``find(withdirs=True)`` would silently drop a directory, ``exists`` would let a
+    caller overwrite what it could not see)."""
+    try:
+        info = self.info(path, **kwargs)
+    except FileNotFoundError:
+        return False
+    return _PROBES[name](info)
+
+
 def _make_sync(name: str) -> Callable[..., Any]:
     base = vars(AbstractFileSystem)[name]
 
     def method(self: RetryFileSystem, *args: Any, **kwargs: Any) -> Any:
         if name in self._composed:
+            if name in _PROBES and len(args) == 1:
+                return _probe(self, name, args[0], **kwargs)
             return base(self, *args, **kwargs)
         return self._call(name, call_label(name, args, kwargs), getattr(self.fs, name),
                           *args, **kwargs)
@@ -502,10 +524,20 @@ def _make_sync(name: str) -> Callable[..., Any]:
     return method
 
 
+def _omit_only_missing(error: BaseException) -> None:
+    """``walk``'s default ``on_error`` on this face: a directory gone meanwhile is omitted, as
+    fsspec does; any other error (retries given up, access denied) is raised, never turned
+    into a silently shorter listing (fsspec's own default omits every ``OSError``)."""
+    if not isinstance(error, FileNotFoundError):
+        raise error
+
+
 def _make_sync_generator(name: str) -> Callable[..., Any]:
     base = vars(AbstractFileSystem)[name]
 
     def method(self: RetryFileSystem, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        if name == "walk" and "on_error" not in kwargs and len(args) < 4:
+            kwargs["on_error"] = _omit_only_missing
         if name in self._composed:
             yield from base(self, *args, **kwargs)
             return

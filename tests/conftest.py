@@ -12,6 +12,7 @@ import shutil
 import tempfile
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from retryfs.budget import reset_budgets
 
@@ -78,3 +79,13 @@ def clean_retryfs_env(monkeypatch):
     reset_budgets()
     yield
     reset_budgets()
+
+
+# Hypothesis profiles: the default one for `make test`; `--hypothesis-profile=long` for thousands
+# of examples (tests/test_simulation.py). A failing example prints its blob to replay it.
+settings.register_profile("default", deadline=None, print_blob=True, max_examples=200,
+                          stateful_step_count=20,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("long", settings.get_profile("default"), max_examples=3000,
+                          stateful_step_count=40)
+settings.load_profile(os.environ.get("RETRYFS_HYPOTHESIS_PROFILE", "default"))

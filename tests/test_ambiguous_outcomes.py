@@ -255,3 +255,35 @@ def test_fsspec_mkdir_over_a_file_is_not_reconciled(tmp_path):
     with pytest.raises(FileExistsError):
         fs.mkdir("d", create_parents=False)
     assert faulty.injected["create_dir"] == 1
+
+
+# -- found by the simulation (tests/test_simulation.py): the fsspec face never reads an error as
+#    "absent" -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def fsspec_face(tmp_path):
+    faulty = FaultyFileSystem(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    faulty.create_dir("a/c")
+    write(faulty, "a/x", b"x")
+    return faulty, fsspec.filesystem("retry", fs=faulty, policy=FAST, budget=False,
+                                     skip_instance_cache=True)
+
+
+def test_fsspec_find_raises_when_a_listing_gives_up_instead_of_dropping_it(fsspec_face):
+    faulty, fs = fsspec_face
+    assert sorted(fs.find("a", withdirs=True)) == ["a", "a/c", "a/x"]
+    faulty.inject("get_file_info_selector", errors.access_denied(), path="a/c")
+    with pytest.raises(OSError, match="ACCESS_DENIED"):
+        fs.find("a", withdirs=True)
+    assert faulty.injected["get_file_info_selector"] == 1
+
+
+def test_fsspec_exists_and_isdir_raise_an_error_that_outlived_the_retries(fsspec_face):
+    faulty, fs = fsspec_face
+    faulty.inject("get_file_info", errors.network("HeadObject"), times=None)
+    for probe in (fs.exists, fs.isdir, fs.isfile):
+        with pytest.raises(OSError, match="NETWORK_CONNECTION"):
+            probe("a")
+    assert faulty.injected["get_file_info"] == 3 * FAST.max_attempts
+    faulty.clear()
+    assert fs.exists("a") and fs.isdir("a") and not fs.isfile("a") and not fs.exists("nope")

@@ -122,17 +122,21 @@ class Fault:
 class _Plan:
     """The faults of one filesystem and what they did; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, sleep: Callable[[float], Any] | None = None) -> None:
         self.lock = threading.Lock()
         self.faults: list[Fault] = []
         self.calls: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
         self.unstall = threading.Event()
+        self.sleep = sleep
 
     def hold(self, fault: Fault) -> None:
-        """Wait out ``fault``'s stall (ended early by ``release``)."""
+        """Wait out ``fault``'s stall (ended early by ``release``; or the plan's own sleep)."""
         if fault.stall:
-            self.unstall.wait(fault.stall)
+            if self.sleep is not None:
+                self.sleep(fault.stall)
+            else:
+                self.unstall.wait(fault.stall)
 
     def release(self) -> None:
         with self.lock:
@@ -327,8 +331,11 @@ class _FaultyHandler(pafs.FileSystemHandler):
 class FaultyFileSystem(pafs.PyFileSystem):
     """``inner`` with faults injected where you say (see the module docstring)."""
 
-    def __init__(self, inner: pafs.FileSystem | None = None) -> None:
-        plan = _Plan()
+    def __init__(self, inner: pafs.FileSystem | None = None, *,
+                 sleep: Callable[[float], Any] | None = None) -> None:
+        """``sleep(seconds)``, if given, is how a stall waits: a test on a virtual clock passes
+        the clock's own, so that stalls cost virtual time and the test never waits."""
+        plan = _Plan(sleep)
         super().__init__(_FaultyHandler(inner if inner is not None else pafs.LocalFileSystem(),
                                         plan))
         self.__dict__["_plan"] = plan
