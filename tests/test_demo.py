@@ -20,7 +20,10 @@ def test_demo_shows_the_silent_loss_and_the_fix():
     # the silent loss: plain copy_files says success, model.pt is not in storage
     assert rows[(commit, "pyarrow (plain)")] == ("success", "10/11 (model.pt missing)")
     assert rows[(network, "pyarrow (plain)")][0].startswith("raised OSError (AWS Error")
-    assert rows[(network, "pyarrow (plain)")][1].startswith("8/11")
+    # how many files the plain copy stored before it raised depends on thread timing (one run
+    # here printed 8/11, another 5/11): what holds in every run is that some are missing
+    stored = int(rows[(network, "pyarrow (plain)")][1].split("/")[0])
+    assert stored < 11
     # retryfs: success, and every file identical, in both scenarios
     assert rows[(commit, "retryfs")] == ("success", "11/11")
     assert rows[(network, "retryfs")] == ("success", "11/11")
