@@ -23,6 +23,7 @@ from .commits import FailedCommits, install_copy_files_guard
 from .config import OPTIONS, WrapperConfig, check_operation_names
 from .engine import Retrier
 from .fsspec_handler import FsspecHandler
+from .iopool import PoolSafeOutputStream, writes_in_background
 from .policy import OPERATION_GROUPS, RetryPolicy
 from .stats import RetryStats
 from .streams import ReplayableOutputStream, ResumableInputFile
@@ -122,6 +123,7 @@ class RetryingHandler(pafs.FileSystemHandler):
             fs = with_native_attempts(fs, config.native_attempts)
         self.original = fs
         self.inner = as_arrow_filesystem(fs)
+        self._background_writes = writes_in_background(self.inner)
         self.failed_commits = FailedCommits()
         self.timeouts = config.timeouts_for(OPERATION_GROUPS)
         budget = config.budget
@@ -319,7 +321,10 @@ class RetryingHandler(pafs.FileSystemHandler):
             # Dropping a broken stream by closing a PythonFile would commit what it holds
             # (a partial object) and send a failed part once more.
             return self.original.open(path, mode="wb")
-        return self.inner.open_output_stream(path, metadata=metadata)
+        stream = self.inner.open_output_stream(path, metadata=metadata)
+        # Its close waits for part uploads on Arrow's IO pool, which copy_files may have filled
+        # with closes like this one (apache/arrow#15233): lend the pool a thread meanwhile.
+        return PoolSafeOutputStream(stream) if self._background_writes else stream
 
     def _open_input(self, operation: str, path: str, *, seekable: bool) -> pa.NativeFile:
         read_timeout = self.timeouts.get("read")
