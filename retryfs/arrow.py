@@ -21,13 +21,13 @@ from .budget import RetryBudget, TokenBucket, bucket_for
 from .classify import ErrorClassifier
 from .commits import FailedCommits, install_copy_files_guard
 from .config import OPTIONS, WrapperConfig, check_operation_names
-from .engine import Retrier
+from .engine import Retrier, operation_end
 from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
 from .policy import OPERATION_GROUPS, RetryPolicy
 from .stats import RetryStats
 from .streams import ReplayableOutputStream, ResumableInputFile
-from .timeouts import TimedInputStream, timed
+from .timeouts import TimedInputStream, timed, write_attempt_timeout
 
 __all__ = ["RetryingFileSystem", "RetryingHandler", "as_arrow_filesystem"]
 
@@ -305,6 +305,8 @@ class RetryingHandler(pafs.FileSystemHandler):
             verify=self._landed if self.verify_writes else None,
             on_commit=self.failed_commits.record,
             spool_memory=self.spool_memory,
+            attempt_timeout=(None if self.config.write_timeout is None
+                             else self._write_attempt_timeout),
         )
         return pa.PythonFile(stream, mode="w")
 
@@ -346,6 +348,16 @@ class RetryingHandler(pafs.FileSystemHandler):
         stream = ResumableInputFile(path, opened(operation), resume, self.retrier,
                                     seekable=seekable)
         return InputFile(stream, mode="r")
+
+    def _write_attempt_timeout(self, operation: str, in_flight: int) -> float:
+        """The timeout of one write/flush/close attempt: ``write_timeout`` plus the bytes in
+        flight at ``min_throughput``, within what is left of the deadline."""
+        clock = self.retrier.clock
+        end = operation_end(clock)  # inside a retry: the operation's own end
+        remaining = (end - clock() if end is not None  # the first attempt: the whole deadline
+                     else self.policy_for(operation).deadline)
+        return write_attempt_timeout(self.config.write_timeout, self.config.min_throughput,
+                                     in_flight, remaining)
 
     def _landed(self, path: str, size: int) -> bool:
         """Whether ``path`` now holds an object of ``size`` bytes (read-after-write check)."""

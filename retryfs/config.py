@@ -27,7 +27,12 @@ from .budget import RetryBudget, normalize_budget
 from .classify import ErrorClassifier
 from .policy import ALL_OPERATION_GROUPS, GROUPS, RetryPolicy, resolve_overrides
 from .stats import RetryStats
-from .timeouts import TIMED_GROUPS, resolve_timeouts
+from .timeouts import (
+    DEFAULT_MIN_THROUGHPUT,
+    DEFAULT_WRITE_TIMEOUT,
+    TIMED_GROUPS,
+    resolve_timeouts,
+)
 
 __all__ = [
     "BACKENDS",
@@ -54,7 +59,7 @@ _ENV_PREFIX = "RETRYFS_"
 #: The options of a wrapper, in the order of `WrapperConfig`'s fields.
 OPTIONS: tuple[str, ...] = ("policy", "per_operation", "classifier", "retryable_messages",
                             "verify_writes", "spool_memory", "budget", "timeout",
-                            "native_attempts", "stats")
+                            "native_attempts", "write_timeout", "min_throughput", "stats")
 
 
 # -- one wrapper's settings ----------------------------------------------------------------------
@@ -74,6 +79,9 @@ class WrapperConfig:
       True for the default one, False/None for none), ``timeout`` (seconds per attempt of the
       read and metadata operations, or ``{group or operation: seconds}``), ``native_attempts``
       (1 to 100, or None: leave the client's own retries alone).
+    - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
+      each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
+      its bytes in flight at ``min_throughput``, never past the deadline (the pyarrow face).
     - ``stats``: the `RetryStats` to count into. It is state, not configuration: it takes no
       part in equality and does not travel by pickle (a worker counts afresh).
 
@@ -93,6 +101,8 @@ class WrapperConfig:
     budget: Any = True
     timeout: Any = None
     native_attempts: int | None = None
+    write_timeout: Any = DEFAULT_WRITE_TIMEOUT
+    min_throughput: Any = DEFAULT_MIN_THROUGHPUT
     stats: RetryStats | None = None
 
     def __post_init__(self) -> None:
@@ -128,6 +138,8 @@ class WrapperConfig:
         put("timeout", _timeout_spec(self.timeout))
         put("native_attempts", _checked("native_attempts", _native_attempts,
                                         self.native_attempts))
+        put("write_timeout", _checked("write_timeout", _seconds_or_none, self.write_timeout))
+        put("min_throughput", _checked("min_throughput", _throughput, self.min_throughput))
         if self.stats is not None and not isinstance(self.stats, RetryStats):
             raise _type_error("stats", "a RetryStats (or None)", self.stats)
         effective = self.classifier
@@ -172,7 +184,8 @@ class WrapperConfig:
     def _key(self) -> tuple[Any, ...]:
         return (self.policy, tuple(sorted(self.per_operation.items())), self.classifier,
                 self.retryable_messages, self.verify_writes, self.spool_memory, self.budget,
-                tuple(sorted(self.timeout.items())), self.native_attempts)
+                tuple(sorted(self.timeout.items())), self.native_attempts, self.write_timeout,
+                self.min_throughput)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WrapperConfig):
@@ -292,6 +305,11 @@ _NONE = {"", "none", "null", "off"}
 def _seconds_or_none(value: Any) -> float | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
         return None
+    return _float(value, 0.0, inclusive=False)
+
+
+def _throughput(value: Any) -> float:
+    """Bytes per second > 0."""
     return _float(value, 0.0, inclusive=False)
 
 
@@ -434,6 +452,13 @@ def _build_parameters() -> dict[str, Parameter]:
         params[f"{group}_timeout"] = Parameter(
             f"{group}_timeout", _seconds_or_none, "`retry_timeout`", "10",
             f"per-attempt timeout of the {group} operations only")
+    params["write_timeout"] = Parameter(
+        "write_timeout", _seconds_or_none, f"{DEFAULT_WRITE_TIMEOUT:g}", "120",
+        "floor of the per-attempt timeout of a write, flush or commit in seconds, plus the "
+        "bytes in flight at `retry_min_throughput`, never past the deadline (`none`: untimed)")
+    params["min_throughput"] = Parameter(
+        "min_throughput", _throughput, f"{DEFAULT_MIN_THROUGHPUT:g}", "262144",
+        "bytes per second below which an upload attempt counts as stalled")
     return params
 
 
@@ -536,6 +561,8 @@ def _parse_into(config: Layer, items: Iterable[tuple[str, Any]], *,
             config.policy[bare] = value
         elif bare in ("timeout", "read_timeout", "metadata_timeout"):
             config.timeouts["" if bare == "timeout" else bare[: -len("_timeout")]] = value
+        elif bare in _SCALARS:
+            config.options[bare] = value
         elif bare in PARAMETERS and "_" in bare and bare.split("_", 1)[0] in GROUPS:
             group, name = bare.split("_", 1)
             config.per_group.setdefault(group, {})[name] = value
@@ -594,7 +621,8 @@ def config_from_options(options: Mapping[str, Any]) -> Layer:
 
 # -- the layered merge ---------------------------------------------------------------------------
 
-_SCALARS = ("verify_writes", "spool_memory", "budget", "native_attempts")
+_SCALARS = ("verify_writes", "spool_memory", "budget", "native_attempts", "write_timeout",
+            "min_throughput")
 
 
 def merge(*, code: Mapping[str, Any] | None = None, top: Layer | None = None,

@@ -8,16 +8,19 @@ as the filesystem operations, under the operation names ``read``, ``write``, ``f
 
 from __future__ import annotations
 
+import ctypes
 import io
 import tempfile
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 from .commits import report_commit, watching
 from .config import DEFAULT_SPOOL_MEMORY
 from .engine import Retrier
 from .errors import CommitNotVisibleError
+from .timeouts import run_with_timeout
 
 __all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY"]
 
@@ -49,6 +52,42 @@ def discard(stream: Any) -> None:
         pass
 
 
+def _abandon(stream: Any) -> None:
+    """Drop a stream whose timed-out attempt was left behind, without ever committing it.
+
+    fsspec files are discarded (s3fs aborts the multipart upload). Anything else is kept
+    alive, unclosed, for the rest of the process: closing it (or letting it be destroyed:
+    pyarrow's native streams close from their destructor) would commit what it holds, maybe a
+    prefix of the object, perhaps after the replay committed the whole; pyarrow offers no
+    abort from Python. The upload stays incomplete (an S3 lifecycle rule reaps those).
+    """
+    if hasattr(stream, "discard"):
+        discard(stream)
+    else:
+        with _kept_lock:
+            _kept_forever.append(stream)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(stream))  # survives interpreter exit too
+
+
+_kept_forever: list[Any] = []
+_kept_lock = threading.Lock()
+
+#: ``(operation, bytes in flight) -> seconds``: the per-attempt timeout of a write, flush or
+#: close (``None``: the attempt runs on the caller's thread, unbounded).
+AttemptTimeout = Callable[[str, int], "float | None"]
+
+
+class _Sink:
+    """One inner stream and how many of the caller's bytes it has been given."""
+
+    __slots__ = ("stream", "given", "closed")
+
+    def __init__(self, stream: _Writable, given: int = 0) -> None:
+        self.stream = stream
+        self.given = given
+        self.closed = False
+
+
 class ReplayableOutputStream(io.RawIOBase):
     """Writes through to an inner stream and keeps every byte in a bounded replay spool.
 
@@ -58,6 +97,10 @@ class ReplayableOutputStream(io.RawIOBase):
     (``verify``, its own retried metadata call under the operation name ``verify``); only a
     proven missing or short object is committed again. The spool keeps up to
     ``spool_memory`` bytes in memory and spills to a temporary file beyond that.
+
+    With ``attempt_timeout``, each attempt (reopen and replay included) runs on a worker
+    thread and is abandoned when it takes longer: a stalled upload becomes a retry into a
+    fresh stream, and the stalled one is dropped without a commit (:func:`_abandon`).
     """
 
     def __init__(
@@ -70,17 +113,19 @@ class ReplayableOutputStream(io.RawIOBase):
         verify: Callable[[str, int], bool] | None = None,
         on_commit: Callable[[str, BaseException | None], None] | None = None,
         spool_memory: int = DEFAULT_SPOOL_MEMORY,
+        attempt_timeout: AttemptTimeout | None = None,
     ) -> None:
         super().__init__()
         self.path = path
-        self._inner: _Writable | None = inner
+        self._sink: _Sink | None = _Sink(inner)
         self._reopen = reopen
         self._retrier = retrier
         self._verify = verify
         self._on_commit = on_commit
+        self._attempt_timeout = attempt_timeout
         self._spool = tempfile.SpooledTemporaryFile(max_size=spool_memory, prefix="retryfs-")
+        self._spool_lock = threading.Lock()  # an abandoned replay may still be reading it
         self._size = 0  # bytes the caller wrote
-        self._inner_size = 0  # bytes the current inner stream has been given
         self._failed = False
         self._unverified: Exception | None = None  # the error of a verification that gave up
         self._lock = threading.Lock()
@@ -101,16 +146,18 @@ class ReplayableOutputStream(io.RawIOBase):
         self._check_usable()
         view = memoryview(data).cast("B")
         with self._lock:
-            self._spool.write(view)
+            with self._spool_lock:
+                self._spool.seek(0, io.SEEK_END)
+                self._spool.write(view)
             self._size += len(view)
-            self._guarded("write", lambda inner: self._write_through(inner, view))
+            self._guarded("write", lambda sink: self._write_through(sink, view), len(view))
         return len(view)
 
     def flush(self) -> None:
-        if self.closed or self._failed or self._inner is None:
+        if self.closed or self._failed or self._sink is None:
             return
         with self._lock:
-            self._guarded("flush", lambda inner: inner.flush())
+            self._guarded("flush", lambda sink: sink.stream.flush(), self._size)
 
     def close(self) -> None:
         if self.closed:
@@ -118,11 +165,11 @@ class ReplayableOutputStream(io.RawIOBase):
         try:
             with self._lock:
                 if self._failed:  # a write already gave up: never commit a partial object
-                    if self._inner is not None:
-                        discard(self._inner)
+                    if self._sink is not None:
+                        discard(self._sink.stream)
                     return
                 try:
-                    self._guarded("close", self._commit)
+                    self._guarded("close", self._commit, self._size)
                     if self._unverified is not None:  # committed, but the check gave up
                         raise self._unverified
                 except BaseException as exc:
@@ -130,7 +177,7 @@ class ReplayableOutputStream(io.RawIOBase):
                     raise
                 self._committed(None)
         finally:
-            self._inner = None  # so that RawIOBase.close() does not flush again
+            self._sink = None  # so that RawIOBase.close() does not flush again
             self._spool.close()
             super().close()
 
@@ -147,15 +194,15 @@ class ReplayableOutputStream(io.RawIOBase):
             raise OSError(f"retryfs output stream for {self.path!r} failed earlier; "
                           "it cannot be written to")
 
-    def _write_through(self, inner: _Writable, view: memoryview) -> None:
-        if self._inner_size == self._size:  # a replay already wrote these bytes
+    def _write_through(self, sink: _Sink, view: memoryview) -> None:
+        if sink.given == self._size:  # a replay already wrote these bytes
             return
-        inner.write(view)
-        self._inner_size += len(view)
+        sink.stream.write(view)
+        sink.given += len(view)
 
-    def _commit(self, inner: _Writable) -> None:
-        inner.close()
-        self._inner = None  # closed: a retry must open a fresh stream and replay
+    def _commit(self, sink: _Sink) -> None:
+        sink.stream.close()
+        sink.closed = True  # a retry must open a fresh stream and replay
         if self._verify is None:
             return
         # The check is a metadata call retried on its own: a failed HEAD proves nothing about
@@ -170,18 +217,42 @@ class ReplayableOutputStream(io.RawIOBase):
             raise CommitNotVisibleError(
                 f"{self.path!r} was committed but does not hold the {self._size} bytes written")
 
-    def _guarded(self, operation: str, action: Callable[[_Writable], None]) -> None:
+    def _guarded(self, operation: str, action: Callable[[_Sink], None], in_flight: int) -> None:
         def attempt() -> None:
+            box = [self._sink]  # this attempt's stream: the one there, or the replay's
+            self._sink = None
+            ran, abandoned = [], []
+
+            def work() -> None:
+                ran.append(True)
+                if box[0] is None or box[0].closed:
+                    box[0] = self._replay(box)
+                action(box[0])
+
+            def abandon(future: Future[Any]) -> None:
+                abandoned.append(True)
+                future.add_done_callback(lambda _: _drop_abandoned(box[0]))
+
+            seconds = None
+            if self._attempt_timeout is not None:
+                replaying = box[0] is None or box[0].closed
+                seconds = self._attempt_timeout(operation,
+                                                self._size if replaying else in_flight)
             try:
-                if self._inner is None:
-                    self._replay()
-                assert self._inner is not None
-                action(self._inner)
+                if seconds is None:
+                    work()
+                else:
+                    run_with_timeout(work, seconds, operation, self.path, on_abandon=abandon)
             except BaseException:
-                if self._inner is not None:
-                    discard(self._inner)
-                    self._inner = None
+                if abandoned:  # still running: its stream is dropped when it ends
+                    raise
+                if not ran:  # timed out before it started: the stream is untouched
+                    self._sink = box[0]
+                elif box[0] is not None and not box[0].closed:
+                    discard(box[0].stream)
                 raise
+            if not box[0].closed:
+                self._sink = box[0]
 
         try:
             self._retrier.call(operation, self.path, attempt)
@@ -189,15 +260,26 @@ class ReplayableOutputStream(io.RawIOBase):
             self._failed = True
             raise
 
-    def _replay(self) -> None:
-        inner = self._reopen()
-        self._inner, self._inner_size = inner, 0
-        self._spool.seek(0)
-        while chunk := self._spool.read(_REPLAY_CHUNK):
-            inner.write(chunk)
-            self._inner_size += len(chunk)
-        self._spool.seek(0, io.SEEK_END)
-        self._retrier.stats.record_replay("write", self._inner_size)
+    def _replay(self, box: list[_Sink | None]) -> _Sink:
+        sink = box[0] = _Sink(self._reopen())
+        offset = 0
+        while chunk := self._read_spool(offset):
+            sink.stream.write(chunk)
+            sink.given += len(chunk)
+            offset += len(chunk)
+        self._retrier.stats.record_replay("write", sink.given)
+        return sink
+
+    def _read_spool(self, offset: int) -> bytes:
+        with self._spool_lock:
+            self._spool.seek(offset)
+            return self._spool.read(_REPLAY_CHUNK)
+
+
+def _drop_abandoned(sink: _Sink | None) -> None:
+    """After a timed-out attempt finally ended: drop its stream, unless it committed."""
+    if sink is not None and not sink.closed:
+        _abandon(sink.stream)
 
 
 class ResumableInputFile(io.RawIOBase):

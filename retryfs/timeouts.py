@@ -8,10 +8,12 @@ socket timeout ends it, and whatever it returns then is thrown away. The workers
 pool: idle ones are reused, a new one is started when none is idle (so hung attempts can never
 starve the others), and idle workers exit after a minute.
 
-Only idempotent operations are timed: reads (opening, reading, sizing, seeking an input
-stream) and metadata calls. A write or a commit cannot be abandoned safely: the abandoned
-attempt could still commit (pyarrow's S3 output stream commits when it is destroyed), racing the
-replay. Uploads rely on the client's own request timeouts.
+``timeout`` times the idempotent operations: reads (opening, reading, sizing, seeking an
+input stream) and metadata calls. Writes, flushes and commits of output streams are timed too,
+by default, with :func:`write_attempt_timeout`: a floor plus the bytes in flight at a minimum
+throughput, never past the operation's deadline. The output stream abandons a stalled attempt
+with care (``retryfs.streams``): its stream is never closed, since closing could commit a
+prefix after the replay committed the whole.
 
 Async operations (the fsspec face) are timed with :func:`wait_for_attempt`, on the event loop:
 no thread is involved and the attempt is cancelled.
@@ -32,6 +34,9 @@ from .policy import GROUPS, OPERATION_GROUPS
 
 __all__ = [
     "AttemptTimeoutError",
+    "DEFAULT_MIN_THROUGHPUT",
+    "DEFAULT_WRITE_TIMEOUT",
+    "write_attempt_timeout",
     "TIMED_GROUPS",
     "TimedInputStream",
     "resolve_timeouts",
@@ -44,6 +49,20 @@ T = TypeVar("T")
 #: The policy groups whose operations may be timed (idempotent: an abandoned attempt is harmless).
 TIMED_GROUPS: tuple[str, ...] = ("read", "metadata")
 _IDLE_SECONDS = 60.0
+
+#: The floor of a write, flush or commit attempt's timeout, in seconds.
+DEFAULT_WRITE_TIMEOUT = 60.0
+#: Below this many bytes per second, an upload attempt counts as stalled.
+DEFAULT_MIN_THROUGHPUT = 1024 * 1024
+
+
+def write_attempt_timeout(floor: float, min_throughput: float, in_flight: int,
+                          remaining: float | None) -> float:
+    """Seconds one write/flush/commit attempt may take: ``floor`` plus ``in_flight`` bytes at
+    ``min_throughput`` bytes/s, and never more than the ``remaining`` time of the operation's
+    deadline (``None``: no deadline)."""
+    seconds = floor + in_flight / min_throughput
+    return seconds if remaining is None else min(seconds, max(remaining, 0.0))
 
 
 class AttemptTimeoutError(TimeoutError):
@@ -85,8 +104,8 @@ def resolve_timeouts(timeout: float | Mapping[str, float] | None,
         if group not in TIMED_GROUPS:
             raise ValueError(
                 f"timeout for {key!r}: only reads and metadata calls can be timed "
-                f"({', '.join(TIMED_GROUPS)}); an abandoned write or commit could still land "
-                "after its replay. Set the client's own request timeout for uploads")
+                f"({', '.join(TIMED_GROUPS)}); writes and commits have write_timeout and "
+                "min_throughput instead")
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
                 0 < seconds < float("inf")):
             raise ValueError(f"timeout for {key!r} must be a number of seconds > 0, "

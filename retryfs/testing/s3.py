@@ -28,7 +28,8 @@ pipeline" (measured, and asserted by ``tests/test_s3_endpoint.py``). Two client 
 for: aiohttp (under s3fs) replays an idempotent request (GET, HEAD, PUT, DELETE) once when the
 connection drops before a response, so one `reset` there is invisible (use ``times=2``); and
 neither client's read timeout reliably bounds a stalled upload (pyarrow's never does: it waits
-until the stall ends with a reset), so stall downloads and metadata calls to test timeouts.
+until the stall ends with a reset); retryfs's ``write_timeout`` does, and `release_stalls` ends
+the stalls a test left behind once it has its answer.
 
 How pyarrow 26's `S3FileSystem` writes (measured with this endpoint's record): with the default
 ``allow_delayed_open=False`` every output stream is a multipart upload, even an empty one
@@ -295,6 +296,13 @@ class S3FaultEndpoint:
         with self._lock:
             self._plan.append(_Armed(fault, random.Random(fault.seed)))
         return fault
+
+    def release_stalls(self) -> None:
+        """End every stall under way now: each one's connection is reset, as when its time is
+        up (a test that has its answer need not wait out the stall it abandoned)."""
+        with self._lock:
+            ending, self._stopping = self._stopping, threading.Event()
+        ending.set()
 
     def clear_faults(self) -> None:
         with self._lock:

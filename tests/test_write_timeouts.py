@@ -1,0 +1,111 @@
+"""Writes and commits have a per-attempt timeout: a stalled PutObject, UploadPart or
+CompleteMultipartUpload on the S3 endpoint becomes a retry into a fresh upload, the object
+lands byte for byte, and the deadline bounds the whole.
+
+pyarrow's own client never gives up on a stalled upload (it waits until the connection is
+reset), so without the timeout each of these waits out the whole stall.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+
+import pyarrow.fs as pafs
+import pytest
+
+from retryfs import RetryingFileSystem, RetryPolicy
+from retryfs.testing.s3 import S3Fault, S3FaultEndpoint
+from retryfs.timeouts import write_attempt_timeout
+
+MiB = 1 << 20
+STALL = 10.0  # each stall holds its request this long (or until released), then resets it
+POLICY = RetryPolicy(max_attempts=5, initial_delay=0.01, multiplier=1, max_delay=0.01,
+                     jitter=False)
+FAST = {"write_timeout": 0.5, "min_throughput": 4 * MiB}  # 0.5 s + 1 s per 4 MiB in flight
+
+
+def upload(fs: pafs.FileSystem, path: str, data: bytes) -> float:
+    started = time.monotonic()
+    with fs.open_output_stream(path) as out:
+        for start in range(0, len(data), MiB):
+            out.write(data[start:start + MiB])
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("op, size, delayed_open", [
+    ("PutObject", 64 * 1024, True),                   # a small object: one PutObject at close
+    ("UploadPart", 64 * 1024, False),                 # the last (only) part, sent at close
+    ("UploadPart", 11 * MiB, False),                  # a 10 MiB part sent while writing
+    ("CompleteMultipartUpload", 64 * 1024, False),    # the commit itself
+])
+def test_a_stalled_upload_becomes_a_retry(op: str, size: int, delayed_open: bool,
+                                          s3_fault_endpoint: S3FaultEndpoint,
+                                          s3_fault_bucket: str) -> None:
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    data = random.Random(size).randbytes(size)
+    stall = ep.add_fault(S3Fault.stall(STALL, op=op, path=f"{bucket}/obj", times=1))
+    fs = RetryingFileSystem(ep.pyarrow_fs(allow_delayed_open=delayed_open), POLICY,
+                            budget=False, **FAST)
+    elapsed = upload(fs, f"{bucket}/obj", data)
+    ep.release_stalls()  # the abandoned attempt ends now (with a reset), not in 10 s
+    assert hashlib.sha256(ep.get_object(bucket, "obj")).digest() == hashlib.sha256(data).digest()
+    assert ep.fired(stall) == 1
+    stats = fs.stats.snapshot()
+    assert stats["timeouts"] == 1 and stats["giveups"] == 0, stats
+    assert fs.failed_commits() == {}
+    # the retry did not wait the stall out: its request came while the stalled one hung
+    stalled = ep.requests(op, faulted=True)[0]
+    later = [r for r in ep.requests(op, faulted=False) if r.seq > stalled.seq]
+    assert later, f"no {op} after the stalled one"
+    print(f"{op} {size}: {elapsed:.2f}s")
+    assert elapsed < STALL, f"{elapsed:.1f}s: the stall was waited out"
+
+
+def test_the_deadline_bounds_an_upload_that_stalls_every_time(
+        s3_fault_endpoint: S3FaultEndpoint, s3_fault_bucket: str) -> None:
+    """Every PutObject stalls: the close gives up with a timeout by the deadline (plus at most
+    one attempt), is recorded as a failed commit, and nothing lands."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    stall = ep.add_fault(S3Fault.stall(STALL, op="PutObject", times=None))
+    policy = POLICY.replace(max_attempts=100, deadline=1.0)
+    fs = RetryingFileSystem(ep.pyarrow_fs(allow_delayed_open=True), policy, budget=False,
+                            write_timeout=0.3, min_throughput=1e9)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as raised:
+        upload(fs, f"{bucket}/obj", b"x" * 1000)
+    elapsed = time.monotonic() - started
+    ep.release_stalls()
+    assert ep.fired(stall) >= 3  # 0.3 s attempts within 1 s
+    assert "deadline reached" in raised.value.__notes__[-1]
+    assert f"{bucket}/obj" in fs.failed_commits()
+    assert ep.keys(bucket) == []
+    assert elapsed <= policy.deadline + 0.3 + 1.0, f"{elapsed:.1f}s"  # generous slack
+
+
+def test_write_attempt_timeout_is_a_floor_plus_bytes_at_the_minimum_throughput():
+    assert write_attempt_timeout(60.0, MiB, 64 * MiB, None) == 124.0
+    assert write_attempt_timeout(60.0, MiB, 0, None) == 60.0
+    assert write_attempt_timeout(60.0, MiB, 64 * MiB, 5.0) == 5.0  # never past the deadline
+    assert write_attempt_timeout(60.0, MiB, 0, -1.0) == 0.0
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"write_timeout": 0}, "write_timeout"), ({"write_timeout": "soon"}, "write_timeout"),
+    ({"write_timeout": True}, "write_timeout"), ({"min_throughput": 0}, "min_throughput"),
+    ({"min_throughput": float("inf")}, "min_throughput"),
+])
+def test_bad_write_timeouts_are_refused(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        RetryingFileSystem(pafs.LocalFileSystem(), **kwargs)
+
+
+def test_write_timeouts_survive_pickling():
+    import pickle
+
+    fs = RetryingFileSystem(pafs.LocalFileSystem(), write_timeout=7.0, min_throughput=1000)
+    back = pickle.loads(pickle.dumps(fs))
+    assert (back.retry_handler.config.write_timeout,
+            back.retry_handler.config.min_throughput) == (7.0, 1000)
+    assert back == fs
