@@ -44,6 +44,8 @@ def _observed(fs: RetryingFileSystem, name: str):
         return handler.timeouts.get("open_input_file")
     if name == "metadata_timeout":
         return handler.timeouts.get("get_file_info")
+    if name in ("write_timeout", "min_throughput"):
+        return getattr(handler.config, name)
     return getattr(handler, name)  # verify_writes, spool_memory
 
 
@@ -53,7 +55,7 @@ _EXPECTED = {
     "verify_writes": False, "spool_memory": 128 * 1024 * 1024,
     "retryable_messages": ("Connection closed", "AWS Error UNKNOWN"), "budget": False,
     "timeout": (30.0, 30.0), "read_timeout": 10.0, "metadata_timeout": 10.0,
-    "native_attempts": 3,
+    "native_attempts": 3, "write_timeout": 120.0, "min_throughput": 262144.0,
 }
 
 
