@@ -225,9 +225,10 @@ class ReplayableOutputStream(io.RawIOBase):
 
             def work() -> None:
                 ran.append(True)
-                if box[0] is None or box[0].closed:
-                    box[0] = self._replay(box)
-                action(box[0])
+                sink = box[0]
+                if sink is None or sink.closed:
+                    sink = self._replay(box)
+                action(sink)
 
             def abandon(future: Future[Any]) -> None:
                 abandoned.append(True)
@@ -251,8 +252,9 @@ class ReplayableOutputStream(io.RawIOBase):
                 elif box[0] is not None and not box[0].closed:
                     discard(box[0].stream)
                 raise
-            if not box[0].closed:
-                self._sink = box[0]
+            sink = box[0]
+            if sink is not None and not sink.closed:
+                self._sink = sink
 
         try:
             self._retrier.call(operation, self.path, attempt)
