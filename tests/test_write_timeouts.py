@@ -23,7 +23,7 @@ MiB = 1 << 20
 STALL = 10.0  # each stall holds its request this long (or until released), then resets it
 POLICY = RetryPolicy(max_attempts=5, initial_delay=0.01, multiplier=1, max_delay=0.01,
                      jitter=False)
-FAST = {"write_timeout": 0.5, "min_throughput": 4 * MiB}  # 0.5 s + 1 s per 4 MiB in flight
+FAST = {"write_timeout": 2.0, "min_throughput": 4 * MiB}  # 2 s + 1 s per 4 MiB in flight
 
 
 def upload(fs: pafs.FileSystem, path: str, data: bytes) -> float:
@@ -77,7 +77,8 @@ def test_the_deadline_bounds_an_upload_that_stalls_every_time(
         upload(fs, f"{bucket}/obj", b"x" * 1000)
     elapsed = time.monotonic() - started
     ep.release_stalls()
-    assert ep.fired(stall) >= 3  # 0.3 s attempts within 1 s
+    assert ep.fired(stall) >= 1
+    assert fs.stats.snapshot()["by_operation"]["close"]["attempts"] >= 2  # 0.3 s attempts
     assert "deadline reached" in raised.value.__notes__[-1]
     assert f"{bucket}/obj" in fs.failed_commits()
     assert ep.keys(bucket) == []
