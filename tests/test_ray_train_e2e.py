@@ -223,7 +223,9 @@ def test_deadline_bounds_a_giveup_under_ray(ep):
                                  max_delay=0.2, jitter=False, deadline=1.0)
     outcome = h.run_and_inspect(ep, wrapped(ep, policy=policy), "deadline")
     assert outcome.reported == [] and outcome.error is not None
-    assert 3 * 2 <= fired(ep, "CompleteMultipartUpload") <= 3 * (1 + 5)
+    # the deadline counts the first commit's own time too: on a loaded machine a slow first
+    # commit may leave no room for a second one within the 1 s
+    assert 3 <= fired(ep, "CompleteMultipartUpload") <= 3 * (1 + 5)
     notes = "\n".join(getattr(outcome.error.worker_failures[0], "__notes__", []))
     assert "(deadline reached)" in notes, notes
 
