@@ -12,11 +12,9 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from fsspec.spec import AbstractBufferedFile
-
 from .engine import Retrier
 from .redact import redact
-from .streams import ReplayableOutputStream, ResumableInputFile
+from .streams import ReplayableOutputStream, ResumableInputFile, discard
 
 __all__ = ["AsyncRetryReadFile", "InnerFile", "RetryReadFile", "RetryWriteFile"]
 
@@ -60,23 +58,7 @@ class InnerFile:
         return self.file.close()
 
     def discard(self) -> None:
-        file = self.file
-        mode = getattr(file, "mode", "rb")
-        try:
-            if "r" in mode and "+" not in mode:
-                file.close()
-            elif isinstance(file, AbstractBufferedFile):
-                try:
-                    file.discard()
-                finally:
-                    file.closed = True  # its __del__ must not commit the broken upload
-            else:
-                try:
-                    file.discard()
-                except Exception:  # noqa: BLE001 - autocommit local file: close it
-                    file.close()
-        except Exception:  # noqa: BLE001 - the file is broken already; its error was handled
-            pass
+        discard(self.file)
 
 
 class RetryReadFile(ResumableInputFile):

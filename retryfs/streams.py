@@ -16,6 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from fsspec.spec import AbstractBufferedFile
+
 from .commits import report_commit, watching
 from .config import DEFAULT_SPOOL_MEMORY
 from .engine import Retrier
@@ -34,18 +36,29 @@ class _Writable(Protocol):
 
 
 def discard(stream: Any) -> None:
-    """Drop a broken stream without committing what it holds, where the backend allows it.
+    """Drop a broken stream without committing what it holds, where the backend allows it:
+    the one way retryfs gives up a stream (a retry's replay, a copy's abandoned upload).
 
-    fsspec files have ``discard()`` (s3fs aborts the multipart upload). A pyarrow S3 stream
-    whose part upload failed does not commit on close; a local file may, but the replay that
-    follows rewrites it from the start.
+    A read-only file is closed. An fsspec buffered file is discarded (s3fs aborts the multipart
+    upload) and marked closed, so that its ``__del__`` never commits the broken upload. Another
+    file with ``discard()`` is discarded, or closed when it cannot be (an autocommit local
+    file: the replay rewrites it from the start). The rest (pyarrow streams: one whose part
+    upload failed does not commit on close) are closed.
     """
     try:
-        if hasattr(stream, "discard"):
-            stream.discard()
-            # discard() leaves an fsspec file open with no buffer: its __del__ would close
-            # it and fail ("Exception ignored ... 'NoneType' object has no attribute 'tell'").
-            stream.closed = True
+        mode = getattr(stream, "mode", "")
+        if isinstance(mode, str) and "r" in mode and "+" not in mode:
+            stream.close()
+        elif isinstance(stream, AbstractBufferedFile):
+            try:
+                stream.discard()
+            finally:
+                stream.closed = True
+        elif hasattr(stream, "discard"):
+            try:
+                stream.discard()
+            except Exception:  # noqa: BLE001 - cannot be discarded: close it
+                stream.close()
         else:
             stream.close()
     except Exception:  # noqa: BLE001 - the stream is broken already; its error was handled
