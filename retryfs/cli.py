@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 
 from . import __version__
 from .config import WrapperConfig
+from .demo import run as run_demo
 from .locations import dangerous_target
 from .redact import redact
 from .transfer import CopyError, copy
@@ -333,9 +334,7 @@ def _cmd_cat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .demo import run
-
-    return run(out=out, size_mb=args.size_mb, ray=args.ray)
+    return run_demo(out=out, size_mb=args.size_mb, ray=args.ray)
 
 
 def _shown(url: str) -> str:

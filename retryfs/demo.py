@@ -30,9 +30,11 @@ from typing import Any, TextIO
 
 import pyarrow.fs as pafs
 
+from . import demo_ray
 from .arrow import RetryingFileSystem
 from .demo_common import BUCKET, POLICY, _fresh, print_table
 from .stats import RetryEvent, RetryStats
+from .transfer import CopyError, copy
 
 MiB = 1024 * 1024
 #: pyarrow.fs.copy_files' chunk in Ray Train's checkpoint upload (64 MiB).
@@ -344,8 +346,6 @@ def run(out: TextIO = sys.stdout, size_mb: float = 200.0, ray: bool = False,
         ok = _standalone(out, endpoint, src, digests, stats) and ok
         _stats_table(out, stats)
         if ray:
-            from . import demo_ray
-
             ok = demo_ray.run(out, endpoint) and ok
         settle(endpoint)  # what plain copy_files left running, before the endpoint stops
         print(f"\nDone in {time.monotonic() - started:.0f}s. retryfs delivered every file: "
@@ -371,8 +371,6 @@ def _table(out: TextIO, rows: list[tuple[str, ...]]) -> None:
 
 def _standalone(out: TextIO, endpoint: Any, src: Path, digests: dict[str, str],
                 stats: RetryStats) -> bool:
-    from .transfer import CopyError, copy
-
     print("The same checkpoint with retryfs.copy (the `retryfs cp -r` command): 8 files at a "
           "time,", file=out)
     print("each retried as a whole until it landed, every object's size checked; the faults of "
