@@ -3,13 +3,13 @@
 import math
 import pickle
 
+import cloudpickle
 import fsspec
 import pyarrow.fs as pafs
 import pytest
 from _helpers import FAST
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ray import cloudpickle
 
 import retryfs
 from retryfs import (
