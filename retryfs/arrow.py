@@ -21,7 +21,7 @@ from .budget import RetryBudget, TokenBucket, bucket_for
 from .classify import ErrorClassifier
 from .commits import FailedCommits, install_copy_files_guard
 from .config import OPTIONS, WrapperConfig, check_operation_names
-from .engine import Retrier, operation_end
+from .engine import Retrier
 from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
 from .policy import OPERATION_GROUPS, RetryPolicy
@@ -351,13 +351,10 @@ class RetryingHandler(pafs.FileSystemHandler):
 
     def _write_attempt_timeout(self, operation: str, in_flight: int) -> float:
         """The timeout of one write/flush/close attempt: ``write_timeout`` plus the bytes in
-        flight at ``min_throughput``, within what is left of the deadline."""
-        clock = self.retrier.clock
-        end = operation_end(clock)  # inside a retry: the operation's own end
-        remaining = (end - clock() if end is not None  # the first attempt: the whole deadline
-                     else self.policy_for(operation).deadline)
+        flight at ``min_throughput`` (the deadline stops the retries, not an attempt: an
+        object that needs longer than the deadline can still land)."""
         return write_attempt_timeout(self.config.write_timeout, self.config.min_throughput,
-                                     in_flight, remaining)
+                                     in_flight)
 
     def _landed(self, path: str, size: int) -> bool:
         """Whether ``path`` now holds an object of ``size`` bytes (read-after-write check)."""

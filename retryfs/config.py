@@ -81,7 +81,7 @@ class WrapperConfig:
       (1 to 100, or None: leave the client's own retries alone).
     - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
       each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
-      its bytes in flight at ``min_throughput``, never past the deadline (the pyarrow face).
+      its bytes in flight at ``min_throughput`` (the pyarrow face).
     - ``stats``: the `RetryStats` to count into. It is state, not configuration: it takes no
       part in equality and does not travel by pickle (a worker counts afresh).
 
@@ -455,7 +455,7 @@ def _build_parameters() -> dict[str, Parameter]:
     params["write_timeout"] = Parameter(
         "write_timeout", _seconds_or_none, f"{DEFAULT_WRITE_TIMEOUT:g}", "120",
         "floor of the per-attempt timeout of a write, flush or commit in seconds, plus the "
-        "bytes in flight at `retry_min_throughput`, never past the deadline (`none`: untimed)")
+        "bytes in flight at `retry_min_throughput` (`none`: untimed)")
     params["min_throughput"] = Parameter(
         "min_throughput", _throughput, f"{DEFAULT_MIN_THROUGHPUT:g}", "262144",
         "bytes per second below which an upload attempt counts as stalled")

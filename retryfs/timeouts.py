@@ -11,7 +11,7 @@ starve the others), and idle workers exit after a minute.
 ``timeout`` times the idempotent operations: reads (opening, reading, sizing, seeking an
 input stream) and metadata calls. Writes, flushes and commits of output streams are timed too,
 by default, with :func:`write_attempt_timeout`: a floor plus the bytes in flight at a minimum
-throughput, never past the operation's deadline. The output stream abandons a stalled attempt
+throughput. The output stream abandons a stalled attempt
 with care (``retryfs.streams``): its stream is never closed, since closing could commit a
 prefix after the replay committed the whole.
 
@@ -56,13 +56,10 @@ DEFAULT_WRITE_TIMEOUT = 60.0
 DEFAULT_MIN_THROUGHPUT = 1024 * 1024
 
 
-def write_attempt_timeout(floor: float, min_throughput: float, in_flight: int,
-                          remaining: float | None) -> float:
+def write_attempt_timeout(floor: float, min_throughput: float, in_flight: int) -> float:
     """Seconds one write/flush/commit attempt may take: ``floor`` plus ``in_flight`` bytes at
-    ``min_throughput`` bytes/s, and never more than the ``remaining`` time of the operation's
-    deadline (``None``: no deadline)."""
-    seconds = floor + in_flight / min_throughput
-    return seconds if remaining is None else min(seconds, max(remaining, 0.0))
+    ``min_throughput`` bytes/s."""
+    return floor + in_flight / min_throughput
 
 
 class AttemptTimeoutError(TimeoutError):
