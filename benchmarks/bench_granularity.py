@@ -8,9 +8,9 @@ On `S3FaultEndpoint` through retryfs over pyarrow's ``S3FileSystem`` with its SD
 - a seeded 2 % of UploadPart requests failing on a 320 MiB upload (several seeds);
 - a 1 GiB upload with 1 % of UploadPart requests failing (``cost_of_faults(..., big=True)``;
   not in ``make bench``, where moto holds 3 GiB for it);
-- one connection cut at 56 MiB of a 64 MiB GET read through ``open_input_stream`` (the path of
-  ``copy_files``, Ray's restore, ``retryfs cat``), and a seeded 5 % of GETs cut halfway: bytes
-  the server sent per byte read;
+- one connection cut at 56 MiB of a 64 MiB object read through ``open_input_stream`` (the path
+  of ``copy_files``, Ray's restore, ``retryfs cat``) in 1 MiB reads (copy_files's default chunk)
+  and in one read, and a seeded 5 % of GETs cut halfway: bytes the server sent per byte read;
 - one 503 on the HEAD that verifies a complete 24 MiB upload: commits and bytes sent again.
 
 Backoff sleeps are skipped (`retryfs.no_sleep`): these are counts, not timings. The quick
@@ -146,17 +146,22 @@ def cost_of_faults(scale: int, seeds: int, big: bool) -> list[str]:
                          _spread([r.replayed / MiB for r in runs], 0) + " MiB replayed"])
         size = 64 * MiB // scale
         cut = 56 * MiB // scale
-        resumed = read(endpoint, size, size,
-                       S3Fault.truncate(keep_bytes=cut, op="GetObject", nth=1))
-        rows.append([f"one cut at {cut // MiB} MiB reading a {size // MiB} MiB object "
-                     "(open_input_stream, one read)", f"{resumed.completed}", f"{resumed.faults}",
-                     f"{resumed.gets} GetObject", f"{resumed.served / size:.2f}",
-                     "server bytes per byte read"])
-        runs = [read(endpoint, size, 8 * MiB // scale,
+        # Reads of 1 MiB, copy_files's default chunk: pyarrow's S3 stream sends one ranged GET
+        # per read. A cut inside one read call loses what that call had received.
+        for chunk, how in ((MiB, "1 MiB reads, as copy_files"), (size, "one read")):
+            # the cut lands in the read that holds byte `cut`: the 57th GET of 1 MiB reads
+            nth = cut // chunk + 1
+            resumed = read(endpoint, size, chunk, S3Fault.truncate(
+                keep_bytes=cut - (nth - 1) * chunk, op="GetObject", nth=nth))
+            rows.append([f"one cut at {cut // MiB} MiB reading a {size // MiB} MiB object "
+                         f"(open_input_stream, {how})", f"{resumed.completed}",
+                         f"{resumed.faults}", f"{resumed.gets} GetObject",
+                         f"{resumed.served / size:.2f}", "server bytes per byte read"])
+        runs = [read(endpoint, size, MiB,
                      S3Fault.truncate(op="GetObject", probability=0.05, seed=seed))
                 for seed in range(1, seeds + 1)]
         rows.append([f"5 % of GETs cut halfway reading a {size // MiB} MiB object "
-                     f"in {8 // scale or 1} MiB reads ({seeds} seeds)",
+                     f"in 1 MiB reads ({seeds} seeds)",
                      f"{sum(r.completed for r in runs)}/{seeds}",
                      _spread([float(r.faults) for r in runs], 0),
                      _spread([float(r.gets) for r in runs], 0) + " GetObject",
