@@ -34,8 +34,9 @@ test: $(VENV)/.test-installed
 	$(PY) -m mypy
 	$(PY) -m pytest -ra
 
-# Benchmarks, never part of `make test`: `bench` runs every section at full size (about half an
-# hour), `bench-quick` the same sections on small inputs in under two minutes.
+# Benchmarks, never part of `make test`: `bench` runs every section at full size (about 25
+# minutes on a loaded 2-core machine), `bench-quick` the same sections on small inputs in under
+# two minutes.
 bench: $(VENV)/.bench-installed
 	$(PY) -m benchmarks.run
 
