@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from benchmarks import bench_overhead, run
@@ -13,7 +15,8 @@ def test_per_call_table_names_every_contender_and_its_ratio_to_the_floor():
     for name in (UNWRAPPED, FLOOR, RETRYFS):
         assert name in get_file_info and name in small_write
     assert f"vs {FLOOR}" in get_file_info.splitlines()[1]
-    assert RAY in get_file_info  # Ray Data is a test dependency
+    # Ray Data's wrapper is a contender wherever Ray is installed (not under make test-fast)
+    assert (RAY in get_file_info) == (importlib.util.find_spec("ray") is not None)
 
 
 def test_ratios_are_per_round_against_the_same_round():
