@@ -387,6 +387,18 @@ class Simulation(RuleBasedStateMachine):
         FIGURES["calls"] += stats["calls"]
         FIGURES["retries"] += stats["retries"]
         FIGURES["giveups"] += stats["giveups"]
+        _write_report()
+
+
+def _write_report() -> None:
+    """The figures so far to ``$RETRYFS_SIM_REPORT`` (after every example: a long run that is
+    stopped still leaves its figures)."""
+    target = os.environ.get("RETRYFS_SIM_REPORT")
+    if target:
+        report = {key: FIGURES[key] for key in sorted(FIGURES)}
+        report["profile max_examples"] = settings.default.max_examples
+        with open(target, "w") as out:
+            json.dump(report, out, indent=1)
 
 
 TestSimulation = Simulation.TestCase
@@ -403,9 +415,6 @@ def figures() -> Any:
     finally:
         quiet.setLevel(level)
     report = {key: FIGURES[key] for key in sorted(FIGURES)}
-    report["profile"] = settings.default.max_examples
+    report["profile max_examples"] = settings.default.max_examples
     print("\nretryfs simulation:", json.dumps(report, indent=1))
-    target = os.environ.get("RETRYFS_SIM_REPORT")
-    if target:
-        with open(target, "w") as out:
-            json.dump(report, out, indent=1)
+    _write_report()
