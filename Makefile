@@ -25,11 +25,17 @@ $(VENV)/.bench-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $@ $(VENV)/.test-installed $(VENV)/.demo-installed
 
+# Azurite (the Azure Blob emulator the tests start) from npm, into node_modules/.
+node_modules/.installed: package.json
+	npm install --no-audit --no-fund --no-package-lock --loglevel=error
+	touch $@
+
 demo: $(VENV)/.demo-installed
 	$(PY) -m retryfs demo
 
-# The tests start what they need themselves (moto's S3 server in-process, Ray locally).
-test: $(VENV)/.test-installed
+# The tests start what they need themselves (moto's S3 server in-process, fake-gcs-server and
+# Azurite as subprocesses on loopback ports, Ray locally).
+test: $(VENV)/.test-installed node_modules/.installed
 	$(PY) -m ruff check retryfs tests benchmarks examples
 	$(PY) -m mypy
 	$(PY) -m pytest -ra
@@ -45,7 +51,7 @@ bench-quick: $(VENV)/.bench-installed
 
 # For contributors: a lighter install (no Ray, torch, Lightning: their tests skip) and every
 # test not marked e2e.
-test-fast: $(VENV)/.test-fast-installed
+test-fast: $(VENV)/.test-fast-installed node_modules/.installed
 	$(PY) -m ruff check retryfs tests benchmarks examples
 	$(PY) -m mypy
 	$(PY) -m pytest -ra -m "not e2e"
@@ -55,4 +61,4 @@ lint: $(VENV)/.test-fast-installed
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info node_modules

@@ -24,6 +24,7 @@ from .config import OPTIONS, WrapperConfig, check_operation_names
 from .engine import Retrier
 from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
+from .native import with_native_attempts
 from .policy import OPERATION_GROUPS, RetryPolicy
 from .stats import RetryStats
 from .streams import ReplayableOutputStream, ResumableInputFile
@@ -37,24 +38,6 @@ def _checked_options(options: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         WrapperConfig().replace(**options)  # raises the TypeError that names it
     return options
-
-
-def with_native_attempts(fs: Any, attempts: int) -> Any:
-    """``fs`` with its client's own retries set to ``attempts`` where retryfs can set them.
-
-    pyarrow's ``S3FileSystem`` retries inside the AWS SDK (3 attempts by default, more when
-    built by ``FileSystem.from_uri``) and forgets its ``retry_strategy`` when pickled, so a Ray
-    worker's copy silently multiplies every retryfs attempt. Rebuilt here with
-    ``AwsStandardS3RetryStrategy(max_attempts=attempts)`` — and again after unpickling, since
-    ``native_attempts`` is configuration — retryfs's policy is the only schedule that counts.
-    Other filesystems are returned as they are.
-    """
-    if not isinstance(fs, pafs.S3FileSystem):
-        return fs
-    _, (options,) = fs.__reduce__()
-    options = dict(options)
-    options["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=attempts)
-    return pafs.S3FileSystem(**options)
 
 
 def as_arrow_filesystem(fs: Any) -> pafs.FileSystem:

@@ -126,6 +126,12 @@ PERMANENT_CODES = frozenset({
     "AuthorizationHeaderMalformed", "ExpiredToken", "InvalidToken", "AccountProblem",
     "AuthenticationFailed", "AuthorizationFailure", "BlobNotFound", "ContainerNotFound",
     "ResourceNotFound", "PreconditionFailed", "InvalidRange", "MethodNotAllowed",
+    # Azure Blob (what adlfs's HttpResponseError.error_code and pyarrow's "Azure Error: [...]"
+    # carry) and GCS JSON reasons
+    "AuthorizationPermissionMismatch", "AuthorizationSourceIPMismatch", "ConditionNotMet",
+    "LeaseIdMissing", "LeaseNotPresentWithBlobOperation", "BlobAlreadyExists",
+    "ContainerAlreadyExists", "ContainerBeingDeleted", "InvalidBlobOrBlock", "conditionNotMet",
+    "forbidden", "notFound",
 })
 
 # -- message text (pyarrow's native S3 errors are plain OSError: the text is the signal) --
@@ -151,8 +157,24 @@ PERMANENT_TEXT = (
     "InvalidAccessKeyId", "SignatureDoesNotMatch", "Path does not exist",
 )
 _HTTP_STATUS_TEXT = re.compile(r"HTTP status (\d{3})|HTTP (\d{3})\b|status code:? (\d{3})")
-# curl errors that mean the connection, not the request, failed.
-_CURL_CODE = re.compile(r"curlCode: (\d+)")
+# curl errors that mean the connection, not the request, failed (AWS SDK: curlCode, Azure SDK:
+# CURLE code).
+_CURL_CODE = re.compile(r"(?:curlCode|CURLE code): (\d+)")
+# google-cloud-cpp (pyarrow's GcsFileSystem): "google::cloud::Status(UNAVAILABLE: Retry policy
+# exhausted, with a last message of Backend Error ...)" -- its own loop gave up on a transient one.
+_CLOUD_STATUS = re.compile(r"google::cloud::Status\((\w+):")
+CLOUD_STATUS_VERDICTS = {
+    "UNAVAILABLE": Verdict.TRANSIENT, "DEADLINE_EXCEEDED": Verdict.TRANSIENT,
+    "INTERNAL": Verdict.TRANSIENT, "UNKNOWN": Verdict.TRANSIENT, "ABORTED": Verdict.TRANSIENT,
+    "RESOURCE_EXHAUSTED": Verdict.THROTTLE,
+    "PERMISSION_DENIED": Verdict.PERMANENT, "NOT_FOUND": Verdict.PERMANENT,
+    "ALREADY_EXISTS": Verdict.PERMANENT, "FAILED_PRECONDITION": Verdict.PERMANENT,
+    "INVALID_ARGUMENT": Verdict.PERMANENT, "UNAUTHENTICATED": Verdict.PERMANENT,
+    "OUT_OF_RANGE": Verdict.PERMANENT, "UNIMPLEMENTED": Verdict.PERMANENT,
+    "CANCELLED": Verdict.PERMANENT,
+}
+# the Azure C++ SDK (pyarrow's AzureFileSystem): "Azure Error: [ServerBusy] 503 Service ..."
+_AZURE_ERROR = re.compile(r"Azure Error: \[(\w*)\] (?:(\d{3}) )?")
 TRANSIENT_CURL_CODES = frozenset({5, 6, 7, 18, 23, 26, 28, 35, 47, 52, 55, 56, 92})
 
 
@@ -242,14 +264,32 @@ def status_rule(exc: BaseException) -> Verdict | None:
 
 def provider_code_rule(exc: BaseException) -> Verdict | None:
     code = provider_code_of(exc)
-    if code is None:
-        return None
+    return None if code is None else _code_verdict(code)
+
+
+def _code_verdict(code: str) -> Verdict | None:
     if code in PERMANENT_CODES:
         return Verdict.PERMANENT
     if code in THROTTLE_CODES:
         return Verdict.THROTTLE
     if code in TRANSIENT_CODES:
         return Verdict.TRANSIENT
+    return None
+
+
+def cloud_sdk_rule(exc: BaseException) -> Verdict | None:
+    """The status texts of the C++ SDKs under pyarrow's GCS and Azure filesystems."""
+    text = str(exc)
+    found = _CLOUD_STATUS.search(text)
+    if found:
+        return CLOUD_STATUS_VERDICTS.get(found.group(1))
+    found = _AZURE_ERROR.search(text)
+    if found:
+        code, status = found.groups()
+        verdict = _code_verdict(code) if code else None
+        if verdict is None and status:
+            verdict = _status_verdict(int(status))
+        return verdict
     return None
 
 
@@ -275,7 +315,7 @@ def message_rule(exc: BaseException) -> Verdict | None:
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (
-    type_rule, errno_rule, status_rule, provider_code_rule, message_rule,
+    type_rule, errno_rule, status_rule, provider_code_rule, cloud_sdk_rule, message_rule,
 )
 
 

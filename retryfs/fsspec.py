@@ -48,7 +48,7 @@ from fsspec.implementations.arrow import ArrowFSWrapper
 from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.spec import AbstractFileSystem
 
-from .arrow import RetryingFileSystem, with_native_attempts
+from .arrow import RetryingFileSystem
 from .budget import RetryBudget, bucket_for
 from .classify import ErrorClassifier
 from .config import (
@@ -61,6 +61,7 @@ from .config import (
 from .engine import Retrier
 from .fsspec_files import AsyncRetryReadFile, InnerFile, RetryReadFile, RetryWriteFile
 from .fsspec_inner import call_label, inner_is_async, resolve_inner
+from .native import with_native_attempts
 from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
 from .redact import redact, register_option_secrets
 from .stats import RetryStats
@@ -255,8 +256,11 @@ class RetryFileSystem(ChainedFileSystem):
         if config.stats is None:
             config = config.replace(stats=RetryStats())
         self.retry_config: WrapperConfig = config
-        if config.native_attempts is not None and isinstance(inner, ArrowFSWrapper):
-            self.fs = ArrowFSWrapper(with_native_attempts(inner.fs, config.native_attempts))
+        if config.native_attempts is not None:  # gcsfs, adlfs, or pyarrow's S3 and GCS inside
+            if isinstance(inner, ArrowFSWrapper):
+                self.fs = ArrowFSWrapper(with_native_attempts(inner.fs, config.native_attempts))
+            else:
+                self.fs = with_native_attempts(inner, config.native_attempts)
         self._timeouts = config.timeouts_for(FACE_GROUPS)
         budget = config.budget
         bucket = bucket_for(self.fs, budget) if budget is not None else None

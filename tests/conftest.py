@@ -14,6 +14,9 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, settings
 
+# gcsfs's experimental bucket-type probe speaks gRPC to the endpoint (60 s against an emulator)
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
 from retryfs.budget import reset_budgets
 
 pytest_plugins = ["pytester", "retryfs.testing.pytest_plugin"]

@@ -47,12 +47,9 @@ import itertools
 import logging
 import os
 import random
-import socket
-import struct
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 from xml.sax.saxutils import escape
@@ -60,8 +57,13 @@ from xml.sax.saxutils import escape
 import pyarrow.fs
 from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
 from moto.s3.models import FakeKey, FakeMultipart, s3_backends
-from werkzeug.serving import ThreadedWSGIServer
 
+from ._wire import Armed as _Armed
+from ._wire import Drop as _Drop
+from ._wire import FaultServer
+from ._wire import request_id as _request_id
+from ._wire import status_line as _status_line
+from ._wire import then_drop as _then_drop
 from .s3_faults import (  # noqa: F401 - the plan's names are this module's too
     _KINDS,
     OPERATIONS,
@@ -94,35 +96,6 @@ PYARROW_PART_SIZE = 10 * 1024 * 1024
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
-
-@dataclass
-class _Armed:
-    """A fault in a plan and its counters (the plan's state, so an S3Fault stays reusable)."""
-
-    fault: S3Fault
-    rng: random.Random
-    matched: int = 0
-    fired: int = 0
-
-    def fires(self, request: S3Request) -> bool:
-        fault = self.fault
-        if not fault.matches(request):
-            return False
-        self.matched += 1
-        if self.matched < (fault.nth or 1):
-            return False
-        times = fault.times if fault.times is not None else (1 if fault.nth else None)
-        if times is not None and self.fired >= times:
-            return False
-        if fault.probability is not None and self.rng.random() >= fault.probability:
-            return False
-        self.fired += 1
-        return True
-
-
-class _Drop(ConnectionAbortedError):
-    """Raised inside the WSGI app to make werkzeug drop the connection without a response."""
-
 
 class _CountingInput:
     """``wsgi.input`` that counts the request body bytes read from it."""
@@ -157,51 +130,6 @@ class _Handler(MotoRequestHandler):
         log.debug("%s " + message, self.address_string(), *args)
 
 
-class _Server(ThreadedWSGIServer):
-    """werkzeug's threaded server that knows its open connections, to end them on stop, and
-    can close one with a TCP RST instead of a FIN."""
-
-    def __init__(self, host: str, port: int, app: Any) -> None:
-        self._live: set[socket.socket] = set()
-        self._aborting: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        super().__init__(host, port, app, handler=_Handler)
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, address = super().get_request()
-        with self._lock:
-            self._live.add(sock)
-        return sock, address
-
-    def abort(self, sock: socket.socket) -> None:
-        """Close `sock` with a reset when its request ends (SO_LINGER 0, no shutdown)."""
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        with self._lock:
-            self._aborting.add(sock)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._lock:
-            self._live.discard(request)
-            aborting = request in self._aborting
-            self._aborting.discard(request)
-        if aborting:
-            request.close()
-        else:
-            super().shutdown_request(request)
-
-    def end_connections(self) -> None:
-        with self._lock:
-            live = list(self._live)
-        for sock in live:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.warning("S3 fault endpoint: error while serving %s", client_address, exc_info=True)
-
-
 _accounts = itertools.count(1)
 
 
@@ -230,8 +158,7 @@ class S3FaultEndpoint:
         self._record: list[RequestRecord] = []
         self._seq = itertools.count(1)
         self._stopping = threading.Event()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: FaultServer | None = None
         self._moto = create_backend_app("s3")
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -240,23 +167,18 @@ class S3FaultEndpoint:
         if self._server is not None:
             raise RuntimeError("S3FaultEndpoint already started")
         self._stopping.clear()
-        self._server = _Server(*self._address, self._app)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={
-            "poll_interval": 0.05}, name=f"s3-fault-endpoint-{self.port}", daemon=True)
-        self._thread.start()
+        self._server = FaultServer(*self._address, self._app, handler=_Handler,
+                                   name="s3-fault-endpoint")
+        self._server.serve_in_thread()
         return self
 
     def stop(self) -> None:
         """Stop serving, end stalls and open connections, join every thread, drop the store."""
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
+        if self._server is None:
             return
         self._stopping.set()
-        server.shutdown()
-        server.end_connections()
-        server.server_close()  # joins the request threads
-        thread.join()
-        self._server = self._thread = None
+        self._server.stop()
+        self._server = None
         self.reset_storage()
 
     def __enter__(self) -> S3FaultEndpoint:
@@ -540,10 +462,6 @@ def _drain(environ: Mapping[str, Any]) -> None:
         pass
 
 
-def _request_id() -> str:
-    return os.urandom(8).hex().upper()  # not `random`: a user's seeded sequence stays theirs
-
-
 def _error_xml(fault: S3Fault, request: S3Request) -> bytes:
     extra = f"<BucketName>{escape(request.bucket)}</BucketName>" if "Bucket" in fault.code \
         else f"<Key>{escape(request.key)}</Key>" if fault.code == "NoSuchKey" else ""
@@ -554,24 +472,9 @@ def _error_xml(fault: S3Fault, request: S3Request) -> bytes:
             ).encode()
 
 
-def _status_line(status: int) -> str:
-    from http import HTTPStatus
-
-    try:
-        return f"{status} {HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"{status} Unknown"
-
-
 def _with_length(headers: list[tuple[str, str]], length: int) -> list[tuple[str, str]]:
     return [(k, v) for k, v in headers if k.lower() != "content-length"] + [
         ("Content-Length", str(length))]
-
-
-def _then_drop(payload: bytes) -> Iterator[bytes]:
-    if payload:
-        yield payload
-    raise _Drop("fault: truncated body")
 
 
 def _isolated_session(*, aio: bool) -> Any:

@@ -1,0 +1,102 @@
+"""One retry layer: each client's own retry loop reduced to ``attempts`` under retryfs.
+
+Every storage client retries by itself, and under retryfs those loops multiply: three attempts
+of the AWS SDK times eight of retryfs is 24 requests per failing call, and azure-core's
+exponential policy turns a few 503s into a minute. `with_native_attempts` returns the
+filesystem with its client's loop set to ``attempts`` (``native_attempts=1``: retryfs's policy
+is the only schedule). It never changes the object it is given (a cached fsspec instance is
+shared): it builds a fresh one. Since pickling loses what is set here (pyarrow forgets
+``retry_strategy``; fsspec rebuilds from constructor arguments), `RetryingFileSystem` keeps
+``native_attempts`` as configuration and applies it again after unpickling.
+
+| client | its loop | what ``attempts`` sets |
+| --- | --- | --- |
+| pyarrow ``S3FileSystem`` | AWS SDK, 3 attempts (more from ``from_uri``) | ``AwsStandardS3RetryStrategy(max_attempts)`` |
+| pyarrow ``GcsFileSystem`` | google-cloud-cpp, 15 min of retries | ``retry_time_limit`` 1 ms (one attempt) when ``attempts`` is 1; left as is otherwise |
+| gcsfs ``GCSFileSystem`` | ``retry_request``, 6 attempts | the same decorator with ``retries=attempts`` |
+| adlfs ``AzureBlobFileSystem`` | azure-core/storage ``RetryPolicy``, 3 retries | ``retry_total = attempts - 1`` |
+| pyarrow ``AzureFileSystem`` | Azure C++ SDK, 3 retries | cannot be told from Python: its exhausted errors are classified |
+"""
+
+from __future__ import annotations
+
+import types
+from datetime import timedelta
+from typing import Any
+
+import pyarrow.fs as pafs
+
+__all__ = ["with_native_attempts"]
+
+#: google-cloud-cpp's retry limit that leaves exactly one attempt: 0 s is spent before the first
+#: ("Retry policy exhausted before first request attempt"); 1 ms outlives only the first, whose
+#: failure then ends the loop with "Retry policy exhausted, with a last message of ...".
+GCS_ONE_ATTEMPT = timedelta(milliseconds=1)
+
+#: gcsfs methods decorated with its ``retry_request`` (6 attempts fixed at class creation).
+_GCSFS_RETRIED = ("_request", "_get_file_request", "_get_file_concurrent")
+
+
+def with_native_attempts(fs: Any, attempts: int) -> Any:
+    """``fs`` with its client's own retries set to ``attempts`` where retryfs can set them;
+    other filesystems are returned as they are."""
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        raise ValueError(f"native_attempts must be an int >= 1, got {attempts!r}")
+    if isinstance(fs, pafs.S3FileSystem):
+        return _s3(fs, attempts)
+    if isinstance(fs, pafs.GcsFileSystem):
+        return _gcs(fs, attempts)
+    module = type(fs).__module__
+    if module.startswith("gcsfs"):
+        return _gcsfs(fs, attempts)
+    if module.startswith("adlfs"):
+        return _adlfs(fs, attempts)
+    return fs
+
+
+def _s3(fs: pafs.S3FileSystem, attempts: int) -> pafs.S3FileSystem:
+    _, (options,) = fs.__reduce__()
+    options = dict(options)
+    options["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=attempts)
+    return pafs.S3FileSystem(**options)
+
+
+def _gcs(fs: pafs.GcsFileSystem, attempts: int) -> pafs.GcsFileSystem:
+    # google-cloud-cpp retries for a time, not a count: only one attempt fits in 1 ms.
+    if attempts != 1:
+        return fs
+    rebuild, (options,) = fs.__reduce__()
+    options = dict(options)
+    options["retry_time_limit"] = GCS_ONE_ATTEMPT
+    return rebuild(options)
+
+
+def _fresh_fsspec(fs: Any) -> Any:
+    options = dict(fs.storage_options)
+    options["skip_instance_cache"] = True
+    return type(fs)(*fs.storage_args, **options)
+
+
+def _gcsfs(fs: Any, attempts: int) -> Any:
+    from gcsfs.retry import retry_request
+
+    fresh = _fresh_fsspec(fs)
+    for name in _GCSFS_RETRIED:
+        method = getattr(type(fresh), name, None)
+        plain = getattr(method, "__wrapped__", None)
+        if plain is not None:
+            setattr(fresh, name, types.MethodType(retry_request(retries=attempts)(plain), fresh))
+    fresh._retryfs_native_attempts = attempts
+    return fresh
+
+
+def _adlfs(fs: Any, attempts: int) -> Any:
+    fresh = _fresh_fsspec(fs)
+    client = getattr(fresh, "service_client", None)
+    pipeline = getattr(client, "_pipeline", None)
+    # the container clients adlfs takes from it (files included) share these policy objects
+    for policy in getattr(pipeline, "_impl_policies", ()):
+        if hasattr(policy, "total_retries"):
+            policy.total_retries = attempts - 1
+    fresh._retryfs_native_attempts = attempts
+    return fresh

@@ -1,0 +1,175 @@
+"""What every fault endpoint shares: firing rules, a server that can reset a connection, bodies.
+
+`S3FaultEndpoint` (moto in-process) and `HttpFaultProxy` (any upstream) both serve on this
+server and arm their plans with `Armed`, so a plan fires the same way on either.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import struct
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Armed:
+    """A fault in a plan and its counters (the plan's state, so a fault stays reusable).
+
+    The fault needs ``matches(request)``, ``nth``, ``times``, ``probability``."""
+
+    fault: Any
+    rng: random.Random
+    matched: int = 0
+    fired: int = 0
+
+    def fires(self, request: Any) -> bool:
+        fault = self.fault
+        if not fault.matches(request):
+            return False
+        self.matched += 1
+        if self.matched < (fault.nth or 1):
+            return False
+        times = fault.times if fault.times is not None else (1 if fault.nth else None)
+        if times is not None and self.fired >= times:
+            return False
+        if fault.probability is not None and self.rng.random() >= fault.probability:
+            return False
+        self.fired += 1
+        return True
+
+
+class Drop(ConnectionAbortedError):
+    """Raised inside the WSGI app to make werkzeug drop the connection without a response."""
+
+
+#: The request's headers exactly as they arrived (``environ`` drops names with ``_``, like
+#: Azure's ``x-ms-meta-is_directory``, which a proxy must forward: they are signed).
+RAW_HEADERS = "retryfs.raw_headers"
+
+
+class QuietHandler(WSGIRequestHandler):
+    """werkzeug's request handler, quiet, closing the connection when the app drops it."""
+
+    def run_wsgi(self) -> None:
+        # werkzeug answers every "Expect: 100-continue" with an interim 100 at once; a client
+        # that sends its body without waiting for one and reads no interim answer (the Azure
+        # C++ SDK under pyarrow's AzureFileSystem) takes it for the final answer
+        if "Expect" in self.headers and (
+                not getattr(self.server, "send_continue", True)
+                or self.headers.get("Content-Length", "").strip() == "0"):
+            del self.headers["Expect"]
+        super().run_wsgi()
+
+    def make_environ(self) -> dict[str, Any]:
+        environ = super().make_environ()
+        environ[RAW_HEADERS] = list(self.headers.items())
+        return environ
+
+    def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
+        self.close_connection = True
+
+    def log(self, type: str, message: str, *args: Any) -> None:
+        log.debug("%s " + message, self.address_string(), *args)
+
+
+class FaultServer(ThreadedWSGIServer):
+    """werkzeug's threaded server that knows its open connections, to end them on stop, and
+    can close one with a TCP RST instead of a FIN."""
+
+    def __init__(self, host: str, port: int, app: Any, *, handler: type = QuietHandler,
+                 name: str = "fault-server") -> None:
+        self._live: set[socket.socket] = set()
+        self._aborting: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self.send_continue = True  # answer "Expect: 100-continue" with an interim 100
+        super().__init__(host, port, app, handler=handler)
+
+    def serve_in_thread(self) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"{self._name}-{self.server_address[1]}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving, end open connections, join the request threads and the server's."""
+        self.shutdown()
+        self.end_connections()
+        self.server_close()  # joins the request threads
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        with self._lock:
+            self._live.add(sock)
+        return sock, address
+
+    def abort(self, sock: socket.socket) -> None:
+        """Close `sock` with a reset when its request ends (SO_LINGER 0, no shutdown)."""
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        with self._lock:
+            self._aborting.add(sock)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._live.discard(request)
+            aborting = request in self._aborting
+            self._aborting.discard(request)
+        if aborting:
+            request.close()
+        else:
+            super().shutdown_request(request)
+
+    def end_connections(self) -> None:
+        with self._lock:
+            live = list(self._live)
+        for sock in live:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.warning("%s: error while serving %s", self._name, client_address, exc_info=True)
+
+
+def read_body(environ: Mapping[str, Any]) -> bytes:
+    """The whole request body (Content-Length or chunked), so the client is done sending."""
+    from werkzeug.wsgi import get_input_stream
+
+    stream = get_input_stream(dict(environ), safe_fallback=True)
+    chunks = []
+    while chunk := stream.read(1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def request_id() -> str:
+    return os.urandom(8).hex().upper()  # not `random`: a user's seeded sequence stays theirs
+
+
+def status_line(status: int) -> str:
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"{status} Unknown"
+
+
+def then_drop(payload: bytes) -> Iterator[bytes]:
+    if payload:
+        yield payload
+    raise Drop("fault: truncated body")
