@@ -341,7 +341,8 @@ class AzureFaultEndpoint(_Emulator):
     def command(self, port: int) -> list[str]:
         base = self._command if self._command is not None else _azurite_command()
         return [*base, "--inMemoryPersistence", "--blobHost", self.host, "--blobPort", str(port),
-                "--skipApiVersionCheck", "--loose", "--silent", "--disableProductStyleUrl"]
+                "--skipApiVersionCheck", "--loose", "--silent", "--disableProductStyleUrl",
+                "--disableTelemetry"]  # its telemetry leaves files in the temp dir
 
     def ready(self) -> bool:
         try:

@@ -595,7 +595,8 @@ class HttpFaultProxy:
         key = (split.hostname, split.port)
         conn = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "key", None) != key:
-            conn = http.client.HTTPConnection(split.hostname, split.port, timeout=self.timeout)
+            conn = http.client.HTTPConnection(split.hostname or "127.0.0.1", split.port,
+                                              timeout=self.timeout)
             self._local.conn, self._local.key = conn, key
         return conn
 
