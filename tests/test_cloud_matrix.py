@@ -288,8 +288,8 @@ def expect(client: Client, group: str, kind: str) -> Expect:
         times = 2
         notes.append(REPLAY_NOTE)
     if client.self_retrying and not KIND[kind].permanent:
-        notes.append("the Azure C++ SDK retried by itself (it cannot be told not to): retryfs "
-                     "saw no error")
+        notes.append("the Azure C++ SDK retries by itself first (it cannot be told not to); "
+                     "retryfs retries what it gives up on")
     return Expect(times=times, note="; ".join(notes) or None)
 
 

@@ -173,3 +173,37 @@ def test_native_attempts_leave_retryfs_the_only_retry_layer(
     with pytest.raises(Exception):  # noqa: B017
         fs.open_input_stream(f"{bucket}/obj").read()
     assert len(ep.requests(ops)) == 1, ep.counts()  # a permanent error: sent once
+
+
+# -- from_uri: gs:// and abfs:// on an endpoint of the user's choosing ---------------------------
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("store", ["gcs", "azure"])
+def test_from_uri_reaches_the_emulators_with_retryfs_the_only_retry_layer(
+        store, gcs_fault_endpoint, gcs_fault_bucket, azure_fault_endpoint, azure_fault_container,
+        caplog, monkeypatch):
+    from retryfs import from_uri
+
+    ep, bucket = ((gcs_fault_endpoint, gcs_fault_bucket) if store == "gcs"
+                  else (azure_fault_endpoint, azure_fault_container))
+    if store == "azure":  # adlfs's own convention for credentials
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", ep.connection_string())
+    fs, path = from_uri(ep.uri(f"{bucket}/ckpt", retry_max_attempts=3,
+                               retry_initial_delay=0.001, retry_jitter="false",
+                               retry_budget="false"))
+    assert path == f"{bucket}/ckpt" and fs.retry_handler.native_attempts == 1
+    with fs.open_output_stream(f"{path}/model.pt") as f:
+        f.write(b"weights" * 1000)
+    assert ep.get_object(bucket, "ckpt/model.pt") == b"weights" * 1000
+
+    download = "objects.download" if store == "gcs" else "GetBlob"
+    clone = cloudpickle.loads(cloudpickle.dumps(fs))  # as Ray ships it to a worker
+    for wrapper in (fs, clone):
+        ep.reset()
+        ep.add_fault(HttpFault.internal_error(op=download, times=2))
+        assert wrapper.open_input_stream(f"{path}/model.pt").read() == b"weights" * 1000
+        faulted = len(ep.requests(download, faulted=True))
+        assert faulted == 2, ep.counts()
+        assert wrapper.stats.snapshot()["retries"] >= 2  # retryfs's, not the client's
+    if store == "azure":
+        assert ep.key not in caplog.text and ep.key not in repr(fs)

@@ -283,10 +283,11 @@ class GcsFaultEndpoint(_Emulator):
     # -- clients -----------------------------------------------------------------------------
 
     def uri(self, path: str, **params: Any) -> str:
-        """A ``gs://`` URI of ``bucket/key`` on this endpoint, for ``from_uri``."""
+        """A ``gs://`` URI of ``bucket/key`` on this endpoint, for ``from_uri`` (pyarrow's
+        conventions: ``anonymous@`` for no credentials, ``endpoint_override``, ``scheme``)."""
         query = urlencode({"endpoint_override": self.endpoint, "scheme": "http",
-                           "anonymous": "true", "project_id": self.project, **params})
-        return f"gs://{path.lstrip('/')}?{query}"
+                           "project_id": self.project, **params})
+        return f"gs://anonymous@{path.lstrip('/')}?{query}"
 
     def pyarrow_fs(self, *, retry_time_limit: float = 0.001,
                    **kwargs: Any) -> pyarrow.fs.GcsFileSystem:
@@ -390,12 +391,13 @@ class AzureFaultEndpoint(_Emulator):
     # -- clients -----------------------------------------------------------------------------
 
     def uri(self, path: str, **params: Any) -> str:
-        """An ``abfs://`` URI of ``container/blob`` on this endpoint, for ``from_uri``; the
-        key travels as the URI's password, which retryfs never logs."""
-        query = urlencode({"blob_storage_authority": self.endpoint, "blob_storage_scheme": "http",
-                           "dfs_storage_authority": self.endpoint, "dfs_storage_scheme": "http",
-                           **params})
-        return f"abfs://{self.account}:{quote(self.key, safe='')}@{path.lstrip('/')}?{query}"
+        """An ``az://`` URI of ``container/blob`` (adlfs, through fsspec) for ``from_uri``.
+        The credentials are adlfs's own convention, not the URI: set
+        ``AZURE_STORAGE_CONNECTION_STRING`` to `connection_string()` (or pass it in
+        ``storage_options``). (pyarrow 26's ``abfs://account:key@host/...`` did not use the
+        key here: it fell back to a bearer token, refused over http.)"""
+        query = urlencode(params)
+        return f"az://{path.lstrip('/')}" + (f"?{query}" if query else "")
 
     def pyarrow_fs(self, **kwargs: Any) -> pyarrow.fs.AzureFileSystem:
         """pyarrow's `AzureFileSystem` on this endpoint. The Azure C++ SDK's own retries cannot
