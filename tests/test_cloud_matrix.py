@@ -422,3 +422,37 @@ def test_cloud_fault_matrix(client_name: str, group_name: str, kind_name: str,
         outcome = "survived"
     assert elapsed < limit, f"{elapsed:.2f}s > {limit}s: {record}"
     _results[key] = {"outcome": outcome, "note": rule.note, **record}
+
+
+# -- a checkpoint tree through copy_files under a 10 % fault rate --------------------------------
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("client_name", ["pyarrow_gcs", "gcsfs", "adlfs"])
+def test_copy_files_of_a_checkpoint_tree_under_a_ten_percent_fault_rate(
+        client_name: str, endpoint_for: Callable[[Client], tuple[Any, str]],
+        tmp_path: Path) -> None:
+    client = CLIENT[client_name]
+    ep, bucket = endpoint_for(client)
+    tree = {f"ckpt/{name}": _rng.randbytes(size) for name, size in [
+        ("model.pt", 3 * MiB), ("optimizer.pt", 2 * MiB), ("meta.json", 300),
+        *((f"shards/{i}", 100 * 1024 + i) for i in range(7))]}
+    local = tmp_path / "local"
+    for key, data in tree.items():
+        (local / key).parent.mkdir(parents=True, exist_ok=True)
+        (local / key).write_bytes(data)
+    fs = RetryingFileSystem(client.make(ep), RetryPolicy(max_attempts=8, initial_delay=0.001,
+                                                         max_delay=0.004, jitter=False),
+                            budget=False, native_attempts=1)
+    fault = ep.add_fault(HttpFault.internal_error(probability=0.1, seed=7))
+    started = time.monotonic()
+    pafs.copy_files(str(local / "ckpt"), f"{bucket}/ckpt", source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=fs)
+    for key, data in tree.items():
+        assert sha256(ep.get_object(bucket, key)) == sha256(data), key
+    back = tmp_path / "back"
+    pafs.copy_files(f"{bucket}/ckpt", str(back), source_filesystem=fs,
+                    destination_filesystem=pafs.LocalFileSystem())
+    for key, data in tree.items():
+        assert sha256((back / key.removeprefix("ckpt/")).read_bytes()) == sha256(data), key
+    assert ep.fired(fault) >= 3, ep.counts()  # the faults fired, and were survived
+    assert time.monotonic() - started < 60
