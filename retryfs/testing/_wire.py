@@ -85,7 +85,10 @@ class QuietHandler(WSGIRequestHandler):
 
 class FaultServer(ThreadedWSGIServer):
     """werkzeug's threaded server that knows its open connections, to end them on stop, and
-    can close one with a TCP RST instead of a FIN."""
+    can close one with a TCP RST instead of a FIN. Its request threads are joined by `stop`
+    (werkzeug's are daemons, which ``server_close`` does not wait for)."""
+
+    daemon_threads = False
 
     def __init__(self, host: str, port: int, app: Any, *, handler: type = QuietHandler,
                  name: str = "fault-server") -> None:
