@@ -26,6 +26,7 @@ from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
 from .native import with_native_attempts
 from .policy import OPERATION_GROUPS, RetryPolicy
+from .redact import redact
 from .stats import RetryStats
 from .streams import ReplayableOutputStream, ResumableInputFile
 from .timeouts import TimedInputStream, timed, write_attempt_timeout
@@ -455,7 +456,9 @@ class RetryingFileSystem(pafs.PyFileSystem):
         return getattr(handler.original, name)
 
     def __repr__(self) -> str:
-        return f"RetryingFileSystem({self.retry_handler.original!r}, policy={self.policy!r})"
+        # the inner filesystem's repr is the backend's: it may show its options
+        return redact(f"RetryingFileSystem({self.retry_handler.original!r}, "
+                      f"policy={self.policy!r})")
 
 
 def _rebuild_filesystem(fs: Any, config: WrapperConfig) -> RetryingFileSystem:

@@ -151,7 +151,7 @@ def _positive_float(text: str) -> float:
 # -- output helpers --------------------------------------------------------------------------------
 
 def _one_line(error: BaseException) -> str:
-    text = str(error).strip()
+    text = redact(str(error)).strip()  # redacted whole before any of it is cut away
     first = text.splitlines()[0] if text else type(error).__name__
     head, valid, names = first.partition("; valid: ")
     if valid and names.count(",") > 8:  # from_uri lists every parameter: keep it one short line

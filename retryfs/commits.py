@@ -28,6 +28,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from .redact import redact
+
 __all__ = ["CopyFilesGuardError", "CopySession", "FailedCommits", "copy_session",
            "install_copy_files_guard", "report_commit", "watching"]
 
@@ -111,7 +113,7 @@ def raise_failed(failed: dict[str, BaseException], action: str) -> None:
         return
     paths = sorted(failed)
     error = failed[paths[0]]
-    shown = ", ".join(repr(p) for p in paths[:10])
+    shown = ", ".join(repr(redact(p)) for p in paths[:10])
     more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
     if hasattr(error, "add_note"):
         error.add_note(f"retryfs: {action} reported success but {len(paths)} object(s) were "

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 __all__ = ["SECRET_NAME", "basic_redact", "redact", "redact_and_truncate", "register_secret",
-           "register_option_secrets"]
+           "register_option_secrets", "registered_secrets", "reset_secrets"]
 
 _MASK = "***"
 _MIN_SECRET = 4  # shorter registered values would mask ordinary words
@@ -114,10 +114,34 @@ def redact(text: Any) -> str:
 basic_redact = redact
 
 
-def redact_and_truncate(text: Any, limit: int) -> str:
-    """``text`` redacted, then cut to at most ``limit`` characters (``...`` marks a cut)."""
-    shown = redact(text)
+def redact_and_truncate(text: Any, limit: int,
+                        redactor: Callable[[str], str] | None = None) -> str:
+    """``text`` redacted whole, then cut to at most ``limit`` characters (``...`` marks a cut).
+
+    The order is the point: cut first, a secret at the boundary is left half-shown
+    (``s3://***:Zx9/sEc...``) where no pattern recognises it any more. ``redactor``: a
+    caller's own (a ``RetryStats(redact=...)``) instead of :func:`redact`.
+    """
+    shown = (redactor or redact)(str(text))
     return shown if len(shown) <= limit else shown[: max(0, limit - 3)] + "..."
+
+
+def registered_secrets() -> frozenset[str]:
+    """The values :func:`register_secret` remembers now (tests save and restore them)."""
+    with _secrets_lock:
+        return frozenset(_secrets)
+
+
+def reset_secrets(keep: Iterable[str] = ()) -> None:
+    """Forget every registered secret except ``keep``: the registry is process-wide, so a
+    test suite restores it between tests (one test's secret must not mask another's leak)."""
+    global _secrets_pattern
+    with _secrets_lock:
+        _secrets.clear()
+        _secrets.update(keep)
+        ordered = sorted(_secrets, key=len, reverse=True)  # longest first
+        _secrets_pattern = (re.compile("|".join(re.escape(s) for s in ordered))
+                            if ordered else None)
 
 
 def register_option_secrets(options: Mapping[str, Any] | None) -> None:

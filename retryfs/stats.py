@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .classify import http_status_of, provider_code_of
-from .redact import basic_redact, redact
+from .redact import basic_redact, redact, redact_and_truncate
 
 __all__ = ["RetryEvent", "RetryStats", "all_stats", "basic_redact", "error_kind", "logger"]
 
@@ -112,9 +112,9 @@ class RetryEvent:
             object.__setattr__(self, "error_class", error_kind(self.error))
 
 
-def _short(error: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(error: BaseException, redact: Callable[[str], str], limit: int = 200) -> str:
+    """The error's text for a log line, on one line: redacted whole, then cut."""
+    return redact_and_truncate(error, limit, lambda text: " ".join(redact(text).split()))
 
 
 def _value_of(counter: itertools.count) -> int:
@@ -283,7 +283,7 @@ class RetryStats:
             logger.warning(
                 "retryfs: %s %r failed (attempt %d of %d): %s: %s; retrying in %.2fs%s",
                 event.operation, self._redact(event.path), event.attempt, event.max_attempts,
-                event.error_class, self._redact(_short(event.error)), event.delay,
+                event.error_class, _short(event.error, self._redact), event.delay,
                 f" ({', '.join(notes)})" if notes else "",
             )
         if self._on_retry:
@@ -304,7 +304,7 @@ class RetryStats:
             "retryfs: %s %r gave up after %d attempt(s)%s: %s: %s",
             event.operation, self._redact(event.path), event.attempt,
             f" ({event.reason})" if event.reason else "", event.error_class,
-            self._redact(_short(event.error)),
+            _short(event.error, self._redact),
         )
         if self._on_giveup:
             self._run_hooks(self._on_giveup, event)

@@ -14,7 +14,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from fsspec.spec import AbstractBufferedFile
 
@@ -63,6 +63,14 @@ def discard(stream: Any) -> None:
             stream.close()
     except Exception:  # noqa: BLE001 - the stream is broken already; its error was handled
         pass
+
+
+def replay_spool(memory: int) -> IO[bytes]:
+    """Memory up to ``memory`` bytes, then a temporary file; ``0``: a temporary file from the
+    first byte (``SpooledTemporaryFile`` reads ``max_size=0`` as "never spill")."""
+    if memory <= 0:
+        return tempfile.TemporaryFile(prefix="retryfs-")
+    return tempfile.SpooledTemporaryFile(max_size=memory, prefix="retryfs-")
 
 
 def _abandon(stream: Any) -> None:
@@ -136,7 +144,7 @@ class ReplayableOutputStream(io.RawIOBase):
         self._verify = verify
         self._on_commit = on_commit
         self._attempt_timeout = attempt_timeout
-        self._spool = tempfile.SpooledTemporaryFile(max_size=spool_memory, prefix="retryfs-")
+        self._spool = replay_spool(spool_memory)
         self._spool_lock = threading.Lock()  # an abandoned replay may still be reading it
         self._size = 0  # bytes the caller wrote
         self._failed = False

@@ -59,7 +59,7 @@ from .config import WrapperConfig
 from .engine import Retrier
 from .locations import check_location, check_path
 from .policy import RetryPolicy
-from .redact import redact
+from .redact import redact, redact_and_truncate
 from .stats import RetryEvent
 from .streams import discard
 from .transfer_results import (
@@ -171,8 +171,10 @@ def _final(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _short(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return redact(f"{type(error).__name__}: {text}"[:300])
+    """One line for a failure's reason: the error redacted whole, then its first line, cut."""
+    text = redact(str(error)).strip()
+    first = text.splitlines()[0] if text else ""
+    return redact_and_truncate(f"{type(error).__name__}: {first}", 300)
 
 
 class _Copier:

@@ -1,6 +1,11 @@
-"""Shared test helpers (not fixtures): tiny policies, hashing."""
+"""Shared test helpers (not fixtures): tiny policies, hashing, required test dependencies."""
 
 import hashlib
+import importlib
+import os
+from types import ModuleType
+
+import pytest
 
 from retryfs import RetryPolicy
 
@@ -10,3 +15,17 @@ FAST = RetryPolicy(max_attempts=4, initial_delay=0.001, multiplier=2, max_delay=
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def strict_dependencies() -> bool:
+    """Under CI or `make test` a missing test dependency fails the run instead of skipping."""
+    return any(os.environ.get(name, "").lower() in ("1", "true", "yes")
+               for name in ("CI", "RETRYFS_STRICT_TEST_DEPS"))
+
+
+def require(module: str) -> ModuleType:
+    """``pytest.importorskip`` for a developer's partial install; under CI or `make test` a
+    missing test dependency is an error that names it, never a skip."""
+    if strict_dependencies():
+        return importlib.import_module(module)
+    return pytest.importorskip(module)

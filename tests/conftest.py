@@ -1,4 +1,5 @@
-"""Fixtures shared by the test suite, and the session's own temporary directory.
+"""Fixtures shared by the test suite, the session's own temporary directory, and the check
+that a CI run has every test dependency.
 
 Each pytest session gets a temporary directory of its own (``TMPDIR``, ``tempfile.tempdir``,
 inherited by subprocesses and Ray workers; pytest's ``tmp_path`` lives inside it too), so that
@@ -8,8 +9,12 @@ At the end, anything left in it besides pytest's own ``tmp_path`` tree fails the
 """
 
 import os
+import re
 import shutil
+import sys
 import tempfile
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -18,6 +23,8 @@ from hypothesis import HealthCheck, settings
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 from retryfs.budget import reset_budgets
+from retryfs.redact import registered_secrets, reset_secrets
+from retryfs.testing import FaultyFileSystem
 
 pytest_plugins = ["pytester", "retryfs.testing.pytest_plugin"]
 
@@ -71,6 +78,71 @@ def pytest_unconfigure(config):
         os.environ["TMPDIR"] = tmpdir
     tempfile.tempdir = tempdir
     del config._retryfs_tmp
+
+
+def _test_extra() -> list[str]:
+    """The distribution names of pyproject's `test` extra (what `make test` installs)."""
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["test"]
+    else:  # pragma: no cover - CI runs 3.11
+        extra = re.findall(r'^\s+"([^"]+)",$', pyproject.read_text().split("test = [", 1)[1]
+                           .split("]\n", 1)[0], re.M)
+    return [re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0] for requirement in extra]
+
+
+def missing_test_dependencies() -> list[str]:
+    missing = []
+    for name in _test_extra():
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # the same switch as _helpers.strict_dependencies (this file stands alone: tests copy it)
+    strict = any(os.environ.get(name, "").lower() in ("1", "true", "yes")
+                 for name in ("CI", "RETRYFS_STRICT_TEST_DEPS"))
+    if strict and (missing := missing_test_dependencies()):
+        pytest.exit(f"missing test dependencies (pyproject's `test` extra): {', '.join(missing)}"
+                    " -- install them (`make test` does) rather than skip their tests",
+                    returncode=4)
+
+
+@pytest.fixture(autouse=True)
+def _every_injected_fault_fires(request, monkeypatch):
+    """A test that injects a fault asserts an outcome under that fault: one that never fired
+    means the test did not test what it says (a path that matched nothing, a no-op plan)."""
+    if request.node.get_closest_marker("unfired_faults_ok"):
+        yield
+        return
+    injected: list = []
+    original = FaultyFileSystem.inject
+
+    def inject(self, *args, **kwargs):
+        fault = original(self, *args, **kwargs)
+        injected.append(fault)
+        return fault
+
+    monkeypatch.setattr(FaultyFileSystem, "inject", inject)
+    yield
+    unfired = [f"{fault.operation} on {fault.path!r} (skip={fault.skip})"
+               for fault in injected if fault.fired == 0]
+    if unfired:
+        pytest.fail(f"injected faults that never fired: {'; '.join(unfired)}", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_secret_registry():
+    """The secret registry is process-wide: what one test registers must not mask another's
+    leak, so every test ends with the registry as it found it."""
+    saved = registered_secrets()
+    yield
+    reset_secrets(saved)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import logging
 import pickle
 import threading
 import time
+import weakref
 
 import fsspec
 import pyarrow.fs as pafs
@@ -63,16 +64,18 @@ def test_budget_bounds_total_time_in_a_hard_outage(target, caplog):
     unbudgeted_store = FaultyFileSystem(pafs.LocalFileSystem())
     unbudgeted_store.inject("get_file_info", down, times=None)
     unbudgeted = retryfs.RetryingFileSystem(unbudgeted_store, OUTAGE_POLICY, budget=False)
-    without, failed = _outage(unbudgeted, target)
+    _, failed = _outage(unbudgeted, target)
     assert failed == THREADS * CALLS
     assert unbudgeted.stats.snapshot()["retries"] == THREADS * CALLS * 5
-    assert without >= CALLS * 0.21  # each thread slept through its whole schedule, 3 times
+    # each call slept through its whole schedule (counted by the engine, not by a wall clock)
+    without = unbudgeted.stats.snapshot()["sleep_seconds"]
+    assert without == pytest.approx(THREADS * CALLS * 0.21)
 
     budget = RetryBudget(capacity=20, retry_cost=5)  # 4 retries, process-wide, then fail fast
     budgeted_store = FaultyFileSystem(pafs.LocalFileSystem())
     budgeted_store.inject("get_file_info", down, times=None)
     budgeted = retryfs.RetryingFileSystem(budgeted_store, OUTAGE_POLICY, budget=budget)
-    with_budget, failed = _outage(budgeted, target)
+    _, failed = _outage(budgeted, target)
     assert failed == THREADS * CALLS
 
     snap = budgeted.stats.snapshot()
@@ -80,11 +83,10 @@ def test_budget_bounds_total_time_in_a_hard_outage(target, caplog):
     assert snap["giveups"] == THREADS * CALLS
     assert snap["budget_exhausted"] == THREADS * CALLS  # each ended on an empty budget
     assert budgeted.retry_budget.available == 0
-    # The bound: at most max_retries sleeps of at most max_delay across all threads (they run
-    # in parallel, so even less wall time), plus the attempts themselves.
-    bound = budget.max_retries * OUTAGE_POLICY.max_delay + 0.25
-    assert with_budget < bound, (with_budget, without)
-    assert with_budget < without / 2, (with_budget, without)
+    # The bound: at most max_retries sleeps of at most max_delay across all threads.
+    with_budget = snap["sleep_seconds"]
+    assert with_budget <= budget.max_retries * OUTAGE_POLICY.max_delay, (with_budget, without)
+    assert with_budget < without / 10, (with_budget, without)
 
 
 def test_an_empty_budget_fails_after_one_attempt_with_a_note(target, caplog):
@@ -203,12 +205,14 @@ def test_bucket_is_freed_with_its_last_wrapper():
 
     config = RetryBudget(capacity=123)
     bucket = bucket_for(_s3(endpoint="http://127.0.0.1:11"), config)
-    bucket_id = id(bucket)
+    bucket.acquire(100)
+    assert bucket_for(_s3(endpoint="http://127.0.0.1:11"), config) is bucket  # alive: shared
+    freed = weakref.ref(bucket)
     del bucket
     gc.collect()
+    assert freed() is None  # the registry did not keep it alive
     fresh = bucket_for(_s3(endpoint="http://127.0.0.1:11"), config)
-    assert isinstance(fresh, TokenBucket) and fresh.available == 123
-    assert id(fresh) != bucket_id or fresh.available == 123
+    assert isinstance(fresh, TokenBucket) and fresh.available == 123  # a new, full bucket
 
 
 def test_reset_budgets_refills_every_bucket():

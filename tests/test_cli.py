@@ -9,12 +9,15 @@ object corrupted behind the tool's back.
 """
 
 import hashlib
+import http.server
 import io
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -70,13 +73,16 @@ def stored(ep, bucket, prefix, digests):
 def test_cp_uploads_through_faults(ckpt, url, s3_fault_endpoint, s3_fault_bucket):
     src, digests = ckpt
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
-    ep.add_fault(S3Fault.internal_error(op="UploadPart", path=f"{bucket}/up/model.pt", times=1))
-    ep.add_fault(S3Fault.reset(op="CreateMultipartUpload", path=f"{bucket}/up/meta.json",
-                               times=1))
+    part = ep.add_fault(S3Fault.internal_error(op="UploadPart", path=f"{bucket}/up/model.pt",
+                                               times=1))
+    create = ep.add_fault(S3Fault.reset(op="CreateMultipartUpload",
+                                        path=f"{bucket}/up/meta.json", times=1))
     code, out, err = run("cp", "-r", "-w", 2, src, url("up"))
     assert code == 0, err
     assert "copied 4 file(s)" in out and "failed 0" in out
-    assert len(ep.injected) == 2  # (absorbed by the SDK's own retries)
+    assert (ep.fired(part), ep.fired(create)) == (1, 1)
+    # from_uri sets the SDK's own attempts to 1 (native_attempts=1): retryfs retried both
+    assert "retries 2" in out, out
     assert stored(ep, bucket, "up", digests)
     # not a terminal: one plain line per file on stderr, no progress bar
     assert "copied  model.pt (2.0 MiB)" in err and "copying:" not in err
@@ -202,12 +208,13 @@ def test_ls_cat_rm(ckpt, url, s3_fault_endpoint, s3_fault_bucket):
     assert code == 0 and out.split() == ["meta.json", "model.pt", "optimizer.pt", "shards/"]
     code, out, _ = run("ls", "-r", "-l", url("up"))
     assert code == 0 and "shards/a.bin" in out and "5000" in out
-    s3_fault_endpoint.add_fault(S3Fault.reset(op="GetObject", times=1))
+    reset = s3_fault_endpoint.add_fault(S3Fault.reset(op="GetObject", times=1))
     buffer = io.BytesIO()
     wrapper = io.TextIOWrapper(buffer)
     code = main(["cat", url("up/meta.json")], stdout=wrapper, stderr=io.StringIO())
     wrapper.flush()
     assert code == 0 and buffer.getvalue() == (src / "meta.json").read_bytes()
+    assert s3_fault_endpoint.fired(reset) == 1
     code, out, _ = run("rm", "-r", url("up/shards"))
     assert code == 0 and "removed 1 file(s)" in out
     code, out, _ = run("rm", url("up/meta.json"))
@@ -270,3 +277,42 @@ def test_progress_bar_on_a_terminal(ckpt, tmp_path):
     assert "copied 4 file(s)" in out and "verified 4 by SHA-256" in out
     assert hashlib.sha256((tmp_path / "out/model.pt").read_bytes()).hexdigest() == digests[
         "model.pt"]
+
+
+class _StallingHandler(http.server.BaseHTTPRequestHandler):
+    """Holds every request until the test releases it (a black-holed download)."""
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):  # noqa: N802
+        self.server.arrived.set()
+        self.server.release.wait(30)
+
+    do_HEAD = do_GET
+
+
+def test_an_interrupted_command_exits_130(tmp_path):
+    """Ctrl-C (SIGINT) during a stalled download: exit code 130, one line, no traceback."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StallingHandler)
+    server.daemon_threads = True
+    server.arrived, server.release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/blob.bin"
+    proc = subprocess.Popen([sys.executable, "-m", "retryfs", "cat", url], cwd=tmp_path,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert server.arrived.wait(60), "the download never reached the server"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        server.release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err.decode() and "Traceback" not in err.decode()

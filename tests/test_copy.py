@@ -10,7 +10,7 @@ import os
 import fsspec
 import pyarrow.fs as pafs
 import pytest
-from _helpers import FAST
+from _helpers import FAST, sha256
 
 import retryfs
 from retryfs import RetryingFileSystem
@@ -234,14 +234,23 @@ def test_a_failing_source_leaves_no_partial_object(tmp_path, s3):
 
 
 def test_local_destination_never_shows_a_partial_file(tmp_path):
-    (tmp_path / "a.bin").write_bytes(os.urandom(3 * MiB))
-    faulty = FaultyFileSystem(pafs.LocalFileSystem())
-    faulty.inject("write", errors.network("UploadPart"), times=2)
-    result = copy(str(tmp_path / "a.bin"), (faulty, str(tmp_path / "out" / "a.bin")),
-                  policy=FAST)
-    assert result.files[0].attempts == 3
-    assert (tmp_path / "out" / "a.bin").read_bytes() == (tmp_path / "a.bin").read_bytes()
-    assert os.listdir(tmp_path / "out") == ["a.bin"]
+    """A real local destination (the write-beside-then-rename path): a source that fails after
+    its first 10 MiB leaves nothing at the destination, neither the partial file nor the one
+    written beside it; a copy that succeeds leaves the file alone."""
+    (tmp_path / "big.bin").write_bytes(os.urandom(25 * MiB))  # three 10 MiB reads
+    source = FaultyFileSystem(pafs.LocalFileSystem())
+    source.inject("read", errors.access_denied("GetObject"), skip=1, times=None)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(CopyError):
+        copy((source, str(tmp_path / "big.bin")), str(tmp_path / "out" / "big.bin"), policy=FAST)
+    assert source.injected["read"] == 1  # the second read failed, after 10 MiB went out
+    assert os.listdir(tmp_path / "out") == []
+
+    result = copy(str(tmp_path / "big.bin"), str(tmp_path / "out" / "big.bin"), policy=FAST)
+    assert result.files[0].status == "copied"
+    assert sha256((tmp_path / "out" / "big.bin").read_bytes()) == sha256(
+        (tmp_path / "big.bin").read_bytes())
+    assert os.listdir(tmp_path / "out") == ["big.bin"]
 
 
 def test_fsspec_filesystems_both_ways(tree, tmp_path):
@@ -263,7 +272,7 @@ def test_fsspec_filesystems_both_ways(tree, tmp_path):
 def test_the_retry_protocol_is_not_wrapped_twice(tree):
     src, _ = tree
     memory = fsspec.filesystem("memory")
-    retrying = fsspec.filesystem("retry", fs=memory, max_attempts=3)
+    retrying = fsspec.filesystem("retry", fs=memory, max_attempts=3, skip_instance_cache=True)
     result = copy(str(src), (retrying, "/retry-test/ckpt"), recursive=True)
     assert result.ok and result.destination == "memory:/retry-test/ckpt"
     # one layer: the unit of each file ran on the retry filesystem's own stats and policy

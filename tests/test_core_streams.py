@@ -1,6 +1,7 @@
 """Writes replay, reads resume, and a commit that never succeeds is never silent."""
 
 import os
+import tempfile
 import threading
 
 import pyarrow.fs as pafs
@@ -18,6 +19,20 @@ def faulty(tmp_path):
     return FaultyFileSystem(pafs.LocalFileSystem())
 
 
+def _open_files_under(directory) -> list[str]:
+    """Files this process holds open under ``directory`` (a spilled spool is an unnamed
+    temporary file there: it shows only as an open descriptor)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory) + os.sep):
+            found.append(target)
+    return found
+
+
 def _write(fs, path, chunks):
     with fs.open_output_stream(path) as out:
         for chunk in chunks:
@@ -28,7 +43,11 @@ def _write(fs, path, chunks):
 # reach the inner stream (the fsspec face retries flush too).
 @pytest.mark.parametrize("operation", ["write", "close"])
 @pytest.mark.parametrize("spool_memory", [0, 64 * MiB])  # spilled to a temp file / in memory
-def test_output_survives_faults_byte_identical(faulty, tmp_path, operation, spool_memory):
+def test_output_survives_faults_byte_identical(faulty, tmp_path, operation, spool_memory,
+                                               monkeypatch):
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool_dir))
     fs = RetryingFileSystem(faulty, FAST, spool_memory=spool_memory)
     chunks = [os.urandom(MiB + i) for i in range(5)]
     faulty.inject(operation, errors.network(), skip=2 if operation == "write" else 0, times=2)
@@ -37,6 +56,10 @@ def test_output_survives_faults_byte_identical(faulty, tmp_path, operation, spoo
         for chunk in chunks:
             out.write(chunk)
             out.flush()
+        # the spool spilled to a temporary file, or stayed in memory below its bound
+        assert len(_open_files_under(spool_dir)) == (1 if spool_memory == 0 else 0)
+    assert _open_files_under(spool_dir) == []  # and the spill file went with the stream
+    assert os.listdir(spool_dir) == []
     assert faulty.injected[operation] == 2
     with open(path, "rb") as f:
         assert sha256(f.read()) == sha256(b"".join(chunks))
@@ -149,8 +172,11 @@ def test_an_earlier_failure_elsewhere_does_not_fail_a_later_copy(faulty, tmp_pat
         _write(fs, str(tmp_path / "dst" / "early.bin"), [b"x"])  # raised to its caller already
     faulty.clear()
     src = tmp_path / "src"
-    _make_tree(str(src), files=3, big=10)
-    pafs.copy_files(str(src), str(tmp_path / "dst"), destination_filesystem=fs)
+    digests = _make_tree(str(src), files=3, big=10)
+    pafs.copy_files(str(src), str(tmp_path / "dst"), destination_filesystem=fs)  # no raise
+    assert str(tmp_path / "dst" / "early.bin") in fs.failed_commits()  # still on record
+    for rel, digest in digests.items():
+        assert sha256((tmp_path / "dst" / rel).read_bytes()) == digest
 
 
 @pytest.mark.parametrize("opener", ["open_input_stream", "open_input_file"])
@@ -182,6 +208,8 @@ def test_random_access_reads_resume(faulty, tmp_path):
         assert f.read_at(100, 5000) == data[5000:5100]
         f.seek(MiB - 10)
         assert f.read() == data[-10:]
+    assert faulty.injected["read"] == 3
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 3
 
 
 def test_download_through_copy_files_survives_read_faults(faulty, tmp_path):
@@ -193,6 +221,7 @@ def test_download_through_copy_files_survives_read_faults(faulty, tmp_path):
     pafs.copy_files(str(src), str(tmp_path / "down"), source_filesystem=fs)
     for rel, digest in digests.items():
         assert sha256((tmp_path / "down" / rel).read_bytes()) == digest
+    assert (faulty.injected["read"], faulty.injected["get_file_info_selector"]) == (3, 1)
 
 
 def test_appends_retry_the_open_only(faulty, tmp_path):

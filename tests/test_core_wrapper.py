@@ -88,6 +88,7 @@ def test_fsspec_filesystems_work_on_the_pyarrow_face(protocol, tmp_path):
     ({"spool_memory": -1}, ValueError, "spool_memory"),
 ])
 def test_bad_arguments_are_named(kwargs, error, name):
+    kwargs = dict(kwargs)  # the parameter is shared by every run in this process: no pop on it
     policy = kwargs.pop("policy", None)
     with pytest.raises(error, match=name):
         RetryingFileSystem(pafs.LocalFileSystem(), policy, **kwargs)

@@ -4,6 +4,7 @@ import io
 import re
 
 import pytest
+from _helpers import require
 
 from retryfs.cli import main
 
@@ -38,8 +39,8 @@ def test_demo_shows_the_silent_loss_and_the_fix():
 
 @pytest.mark.e2e
 def test_demo_with_ray_train():
-    pytest.importorskip("ray.train")
-    pytest.importorskip("torch")
+    require("ray.train")
+    require("torch")
     from retryfs import demo_ray
     from retryfs.testing.s3 import S3FaultEndpoint
 

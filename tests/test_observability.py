@@ -5,12 +5,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import os
 import threading
 
 import pyarrow.fs as pafs
 import pytest
-from _helpers import FAST
+from _helpers import FAST, require
 
 import retryfs
 from retryfs import RetryPolicy, RetryStats
@@ -489,7 +488,7 @@ def test_ray_exporter_pushes_exact_increments(store):
 
 def test_ray_exporter_starts_inside_ray_and_uses_the_real_api(tmp_path):
     """In a Ray task, the first RetryStats starts the exporter, which feeds ray.util.metrics."""
-    ray = pytest.importorskip("ray")
+    ray = require("ray")
     import ray_helpers
 
     with contextlib.ExitStack() as stack:
@@ -510,22 +509,19 @@ def test_ray_exporter_starts_inside_ray_and_uses_the_real_api(tmp_path):
                 max_attempts=3, initial_delay=0.001, max_delay=0.002))
             fs.get_file_info(path)
             exporter = ray_exporter()
-            return exporter is not None, exporter.flush(), exporter.flush()
+            if exporter is None:
+                return False, 0, 0
+            return True, exporter.flush(), exporter.flush()
 
         path = str(tmp_path / "f")
         with open(path, "wb") as f:
             f.write(b"x")
         running, pushed, again = ray.get(task.remote(path), timeout=120)
+        # the off switch, in a worker of the same running Ray (where it would start otherwise)
+        off = task.options(runtime_env={"env_vars": {"RETRYFS_RAY_METRICS": "0",
+                                                     "RETRYFS_RAY_METRICS_INTERVAL": "3600"}})
+        switched_off = ray.get(off.remote(path), timeout=120)
     assert running
     assert pushed >= 4  # calls, attempts, recovered, throttled, sleep, retries[error]
     assert again == 0
-
-
-def test_ray_export_can_be_turned_off(monkeypatch):
-    from retryfs import exporters
-
-    monkeypatch.setenv("RETRYFS_RAY_METRICS", "0")
-    monkeypatch.setattr(exporters, "_ray_exporter", None)
-    exporters._maybe_start_ray_export()
-    assert exporters.ray_exporter() is None
-    assert os.environ["RETRYFS_RAY_METRICS"] == "0"
+    assert switched_off == (False, 0, 0)  # RETRYFS_RAY_METRICS=0: no exporter in that worker

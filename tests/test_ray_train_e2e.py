@@ -23,14 +23,15 @@ from pathlib import Path
 
 import pytest
 import ray_helpers as h
+from _helpers import require
 
 import retryfs
 from retryfs.testing.s3 import S3Fault
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
-pytest.importorskip("ray.train.torch")
-pytest.importorskip("torch")
+require("ray.train.torch")
+require("torch")
 
 BUCKET = "ray-e2e"
 MODEL = f"{BUCKET}/exp/*/checkpoint_*/{h.MODEL_FILE}"
@@ -248,7 +249,7 @@ def load_example(name):
 def test_example_runs_against_the_fault_endpoint(ray_cluster, name, capsys):
     """The examples as CI runs them: their own embedded fault endpoint, retry_* in the URI."""
     if name == "ray_train_lightning":
-        pytest.importorskip("lightning")
+        require("lightning")
     example = load_example(name)
     result = example.main([
         "--fault-endpoint", "--epochs", "2",

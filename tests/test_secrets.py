@@ -14,8 +14,10 @@ import re
 import threading
 from collections.abc import Iterator
 
+import aiohttp
 import fsspec
 import pytest
+from _helpers import require
 
 import retryfs
 from retryfs import RetryPolicy
@@ -151,7 +153,7 @@ def _everything_written(caplog, *objects) -> str:
 
 
 def _prometheus_text(stats) -> str:
-    prometheus_client = pytest.importorskip("prometheus_client")
+    prometheus_client = require("prometheus_client")
     from retryfs.exporters import PrometheusCollector
 
     registry = prometheus_client.CollectorRegistry()
@@ -172,8 +174,12 @@ def test_http_url_secrets_stay_out_of_logs_notes_reprs_and_metrics(http_server, 
     assert any(SIG in seen for seen in http_server.seen)  # the secret did reach the server
 
     http_server.failures = 100  # now it gives up
-    with pytest.raises(Exception) as info:
+    # fsspec's http info() words a 503 as FileNotFoundError (the 503 is its context): raised
+    # as it came, after the attempts
+    with pytest.raises(FileNotFoundError) as info:
         fs.get_file_info(path)
+    assert isinstance(info.value.__context__, aiohttp.ClientResponseError)
+    assert info.value.__context__.status == 503
     assert any("gave up" in r.getMessage() for r in caplog.records)
     written = _everything_written(caplog, fs, info.value, fs.stats) + _prometheus_text(fs.stats)
     for secret in (SIG, PASSWORD, TOKEN):

@@ -18,7 +18,8 @@ and the answer was lost, the ambiguous outcome a retry has to reconcile::
 Operations are the 15 ``FileSystemHandler`` method names plus the stream operations ``read``,
 ``write``, ``flush`` and ``close``. Output streams behave like an object store: nothing is
 visible until a successful close, and a failed close leaves nothing behind, which is what makes
-a silently ignored commit failure observable. ``calls`` and ``injected`` count per operation.
+a silently ignored commit failure observable. Append streams write through (what was appended
+before a fault stays), and their ``write``, ``flush`` and ``close`` can fail too. ``calls`` and ``injected`` count per operation.
 """
 
 from __future__ import annotations
@@ -229,6 +230,40 @@ class _FaultyOutput(io.RawIOBase):
         super().close()
 
 
+class _FaultyAppend(io.RawIOBase):
+    """An append stream: writes go straight through to the inner stream (what was written
+    before a fault stays written), and ``write``, ``flush`` and ``close`` can fail."""
+
+    def __init__(self, plan: _Plan, inner: pa.NativeFile, path: str) -> None:
+        super().__init__()
+        self._plan, self._inner, self._path = plan, inner, path
+        self._closing = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._plan.maybe_fail("write", self._path)
+        view = memoryview(data).cast("B")
+        self._inner.write(view)
+        return len(view)
+
+    def flush(self) -> None:
+        if not self.closed and not self._closing:
+            self._plan.maybe_fail("flush", self._path)
+            self._inner.flush()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._plan.maybe_fail("close", self._path)
+        finally:
+            self._closing = True  # RawIOBase.close flushes: not a flush of the caller's
+            super().close()
+            self._inner.close()
+
+
 class _FaultyInput(io.RawIOBase):
     def __init__(self, plan: _Plan, inner: pa.NativeFile, path: str) -> None:
         super().__init__()
@@ -324,8 +359,9 @@ class _FaultyHandler(pafs.FileSystemHandler):
         return pa.PythonFile(_FaultyOutput(self.plan, self.inner, path, metadata), mode="w")
 
     def open_append_stream(self, path: str, metadata: Any) -> pa.NativeFile:
-        return self.plan.run("open_append_stream", path,
-                             lambda: self.inner.open_append_stream(path, metadata=metadata))
+        inner = self.plan.run("open_append_stream", path,
+                              lambda: self.inner.open_append_stream(path, metadata=metadata))
+        return pa.PythonFile(_FaultyAppend(self.plan, inner, path), mode="w")
 
 
 class FaultyFileSystem(pafs.PyFileSystem):
