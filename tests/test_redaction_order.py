@@ -96,7 +96,7 @@ def test_log_lines_and_notes_never_show_part_of_a_secret_at_the_cut(tmp_path, sh
         assert _leaks(secret, text) == [], (offset, text)
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=50, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shape=st.sampled_from(SHAPES), secret=secrets_, data=st.data())
 def test_copy_failure_reasons_never_show_part_of_a_secret(tmp_path, shape, secret, data):
