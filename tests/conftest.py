@@ -28,7 +28,10 @@ from retryfs.testing import FaultyFileSystem
 
 pytest_plugins = ["pytester", "retryfs.testing.pytest_plugin"]
 
-_PYTEST_OWN = ("pytest-of-",)  # pytest's basetemp root (tmp_path and tmp_path_factory)
+#: What the session itself keeps in its directory: pytest's basetemp root (tmp_path), and
+#: torch's compile cache (pointed there with TORCHINDUCTOR_CACHE_DIR, which the workers inherit;
+#: torch makes it whenever it is imported, in any test).
+_PYTEST_OWN = ("pytest-of-", "torchinductor-cache")
 
 
 def pytest_configure(config):
@@ -37,6 +40,7 @@ def pytest_configure(config):
     saved = (os.environ.get("TMPDIR"), tempfile.tempdir)
     own = tempfile.mkdtemp(prefix="rfs-")  # short: Ray's AF_UNIX socket paths sit below it
     os.environ["TMPDIR"] = own
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(own, "torchinductor-cache"))
     tempfile.tempdir = own
     config._retryfs_tmp = (own, saved)
 
