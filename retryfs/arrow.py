@@ -25,6 +25,8 @@ from .engine import Retrier
 from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
 from .native import with_native_attempts
+from .native_copy import copy_file_tree, copy_single_file
+from .parts import retry_parts_in_place
 from .policy import OPERATION_GROUPS, RetryPolicy
 from .redact import redact
 from .stats import RetryStats
@@ -74,6 +76,26 @@ def holds(dest: pafs.FileInfo, source: pafs.FileInfo) -> bool:
     return dest.mtime_ns is None or source.mtime_ns is None or dest.mtime_ns >= source.mtime_ns
 
 
+#: The SDK's own attempts per request of a native S3 write stream when retryfs sets the
+#: client's retries (``native_attempts``) and ``native_write_attempts`` is not given: the AWS
+#: default, so that a failed UploadPart is re-sent alone by the SDK instead of failing the
+#: stream (whose replay would re-send the whole object).
+DEFAULT_NATIVE_WRITE_ATTEMPTS = 3
+
+
+def _write_client(given: Any, inner: pafs.FileSystem, config: WrapperConfig) -> pafs.FileSystem:
+    """The filesystem that opens output streams: ``inner``, except on a native S3 whose
+    retries retryfs sets. A pyarrow S3 stream whose UploadPart failed cannot be continued, so
+    its write client keeps ``native_write_attempts`` SDK attempts per request: the SDK
+    re-sending the failed part costs one part, a replay of the stream the whole object."""
+    attempts = config.native_write_attempts
+    if attempts is None and config.native_attempts is not None:
+        attempts = DEFAULT_NATIVE_WRITE_ATTEMPTS
+    if attempts is None or not isinstance(given, pafs.S3FileSystem):
+        return inner
+    return with_native_attempts(given, attempts)
+
+
 class RetryingHandler(pafs.FileSystemHandler):
     """The ``FileSystemHandler`` behind `RetryingFileSystem`.
 
@@ -103,11 +125,13 @@ class RetryingHandler(pafs.FileSystemHandler):
         if config.stats is None:
             config = config.replace(stats=RetryStats())
         self.config = config
+        given = fs
         if config.native_attempts is not None:
             fs = with_native_attempts(fs, config.native_attempts)
         self.original = fs
         self.inner = as_arrow_filesystem(fs)
-        self._background_writes = writes_in_background(self.inner)
+        self.writer = _write_client(given, self.inner, config)
+        self._background_writes = writes_in_background(self.writer)
         self.failed_commits = FailedCommits()
         self.timeouts = config.timeouts_for(OPERATION_GROUPS)
         budget = config.budget
@@ -151,6 +175,10 @@ class RetryingHandler(pafs.FileSystemHandler):
     @property
     def native_attempts(self) -> int | None:
         return self.config.native_attempts
+
+    @property
+    def native_write_attempts(self) -> int | None:
+        return self.config.native_write_attempts
 
     @property
     def wrapped_filesystem(self) -> pafs.FileSystem:
@@ -306,8 +334,8 @@ class RetryingHandler(pafs.FileSystemHandler):
             # wraps it in: only the raw file has discard() (s3fs aborts the multipart upload).
             # Dropping a broken stream by closing a PythonFile would commit what it holds
             # (a partial object) and send a failed part once more.
-            return self.original.open(path, mode="wb")
-        stream = self.inner.open_output_stream(path, metadata=metadata)
+            return retry_parts_in_place(self.original.open(path, mode="wb"), self.retrier, path)
+        stream = self.writer.open_output_stream(path, metadata=metadata)
         # Its close waits for part uploads on Arrow's IO pool, which copy_files may have filled
         # with closes like this one (apache/arrow#15233): lend the pool a thread meanwhile.
         return PoolSafeOutputStream(stream) if self._background_writes else stream
@@ -389,7 +417,8 @@ class RetryingFileSystem(pafs.PyFileSystem):
                  config: WrapperConfig | None = None, **options: Any) -> None:
         """``options``: the options of `WrapperConfig` (``classifier``, ``retryable_messages``,
         ``per_operation``, ``stats``, ``verify_writes``, ``spool_memory``, ``budget``,
-        ``timeout``, ``native_attempts``), over ``config`` when it is given."""
+        ``timeout``, ``native_attempts``, ``native_write_attempts``), over ``config`` when it
+        is given."""
         handler = fs if isinstance(fs, RetryingHandler) else RetryingHandler(
             fs, policy, config=config, **options)
         super().__init__(handler)
@@ -465,4 +494,22 @@ def _rebuild_filesystem(fs: Any, config: WrapperConfig) -> RetryingFileSystem:
     return RetryingFileSystem(fs, config=config)
 
 
-install_copy_files_guard()
+def _direct_copy(copy: Any) -> Any:
+    """``copy`` (of `native_copy`) when the destination is a `RetryingFileSystem` over a pyarrow
+    filesystem, else ``NotImplemented`` (pyarrow copies; the guard still watches the commits).
+    fsspec destinations keep the stream path: closing a broken fsspec file would commit it."""
+
+    def direct(source_fs: Any, source: Any, destination_fs: Any, destination: str,
+               chunk_size: int = 1024 * 1024, use_threads: bool = True) -> Any:
+        handler = destination_fs.__dict__.get("_retry_handler") if isinstance(
+            destination_fs, RetryingFileSystem) else None
+        if not isinstance(handler, RetryingHandler) or not isinstance(handler.original,
+                                                                     pafs.FileSystem):
+            return NotImplemented
+        return copy(handler, source_fs, source, destination, chunk_size, use_threads)
+
+    return direct
+
+
+install_copy_files_guard({"_copy_files": _direct_copy(copy_single_file),
+                          "_copy_files_selector": _direct_copy(copy_file_tree)})

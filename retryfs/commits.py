@@ -121,11 +121,15 @@ def raise_failed(failed: dict[str, BaseException], action: str) -> None:
     raise error
 
 
-def _guard(original: Callable[..., Any]) -> Callable[..., Any]:
+def _guard(original: Callable[..., Any],
+           direct: Callable[..., Any] | None = None) -> Callable[..., Any]:
     @functools.wraps(original)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         with copy_session() as session:
-            result = original(*args, **kwargs)
+            # ``direct`` copies onto a retryfs destination itself (NotImplemented: not one)
+            result = direct(*args, **kwargs) if direct is not None else NotImplemented
+            if result is NotImplemented:
+                result = original(*args, **kwargs)
         raise_failed(dict(session.failed), "pyarrow.fs.copy_files")
         return result
 
@@ -136,8 +140,12 @@ def _guard(original: Callable[..., Any]) -> Callable[..., Any]:
 _install_lock = threading.Lock()
 
 
-def install_copy_files_guard() -> None:
-    """Wrap ``pyarrow.fs._copy_files`` and ``_copy_files_selector`` once per process."""
+def install_copy_files_guard(direct: dict[str, Callable[..., Any]] | None = None) -> None:
+    """Wrap ``pyarrow.fs._copy_files`` and ``_copy_files_selector`` once per process.
+
+    ``direct`` maps those names to a function taking the same arguments that copies onto a
+    retryfs destination itself (native streams, the source re-read on a retry) and returns
+    ``NotImplemented`` for any other destination, which pyarrow's function then serves."""
     with _install_lock:
         for name in ("_copy_files", "_copy_files_selector"):
             original = getattr(pafs, name, None)
@@ -147,4 +155,4 @@ def install_copy_files_guard() -> None:
                     "guard copy_files against silently failed commits")
             if getattr(original, "__retryfs_guard__", False):
                 continue
-            setattr(pafs, name, _guard(original))
+            setattr(pafs, name, _guard(original, (direct or {}).get(name)))

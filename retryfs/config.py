@@ -59,7 +59,8 @@ _ENV_PREFIX = "RETRYFS_"
 #: The options of a wrapper, in the order of `WrapperConfig`'s fields.
 OPTIONS: tuple[str, ...] = ("policy", "per_operation", "classifier", "retryable_messages",
                             "verify_writes", "spool_memory", "budget", "timeout",
-                            "native_attempts", "write_timeout", "min_throughput", "stats")
+                            "native_attempts", "native_write_attempts", "write_timeout",
+                            "min_throughput", "stats")
 
 
 # -- one wrapper's settings ----------------------------------------------------------------------
@@ -78,7 +79,9 @@ class WrapperConfig:
     - ``verify_writes`` (bool), ``spool_memory`` (bytes >= 0), ``budget`` (a `RetryBudget`,
       True for the default one, False/None for none), ``timeout`` (seconds per attempt of the
       read and metadata operations, or ``{group or operation: seconds}``), ``native_attempts``
-      (1 to 100, or None: leave the client's own retries alone).
+      (1 to 100, or None: leave the client's own retries alone), ``native_write_attempts``
+      (the same for the requests of write streams; None: 3 when ``native_attempts`` is set, so
+      that the SDK re-sends a failed part alone).
     - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
       each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
       its bytes in flight at ``min_throughput`` (the pyarrow face).
@@ -101,6 +104,7 @@ class WrapperConfig:
     budget: Any = True
     timeout: Any = None
     native_attempts: int | None = None
+    native_write_attempts: int | None = None
     write_timeout: Any = DEFAULT_WRITE_TIMEOUT
     min_throughput: Any = DEFAULT_MIN_THROUGHPUT
     stats: RetryStats | None = None
@@ -138,6 +142,8 @@ class WrapperConfig:
         put("timeout", _timeout_spec(self.timeout))
         put("native_attempts", _checked("native_attempts", _native_attempts,
                                         self.native_attempts))
+        put("native_write_attempts", _checked("native_write_attempts", _native_attempts,
+                                              self.native_write_attempts))
         put("write_timeout", _checked("write_timeout", _seconds_or_none, self.write_timeout))
         put("min_throughput", _checked("min_throughput", _throughput, self.min_throughput))
         if self.stats is not None and not isinstance(self.stats, RetryStats):
@@ -184,8 +190,8 @@ class WrapperConfig:
     def _key(self) -> tuple[Any, ...]:
         return (self.policy, tuple(sorted(self.per_operation.items())), self.classifier,
                 self.retryable_messages, self.verify_writes, self.spool_memory, self.budget,
-                tuple(sorted(self.timeout.items())), self.native_attempts, self.write_timeout,
-                self.min_throughput)
+                tuple(sorted(self.timeout.items())), self.native_attempts,
+                self.native_write_attempts, self.write_timeout, self.min_throughput)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WrapperConfig):
@@ -437,6 +443,11 @@ def _build_parameters() -> dict[str, Parameter]:
         "native_attempts", _native_attempts, "1", "3",
         "attempts the native client makes inside one retryfs attempt (pyarrow's S3FileSystem "
         "only; kept after pickling); 1 makes retryfs the only retry layer")
+    params["native_write_attempts"] = Parameter(
+        "native_write_attempts", _native_attempts, "3 (with native_attempts)", "1",
+        "attempts the native client makes per request of a write stream (pyarrow's "
+        "S3FileSystem only): the SDK re-sends a failed part alone instead of failing the "
+        "stream; every request of an upload is tried up to this x the write policy's attempts")
     params["retryable_messages"] = Parameter(
         "retryable_messages", _messages, "(none)", "Connection%20closed%7CAWS%20Error%20UNKNOWN",
         "extra error texts that mean transient, separated by `|` (or repeat the parameter)",
@@ -621,8 +632,8 @@ def config_from_options(options: Mapping[str, Any]) -> Layer:
 
 # -- the layered merge ---------------------------------------------------------------------------
 
-_SCALARS = ("verify_writes", "spool_memory", "budget", "native_attempts", "write_timeout",
-            "min_throughput")
+_SCALARS = ("verify_writes", "spool_memory", "budget", "native_attempts",
+            "native_write_attempts", "write_timeout", "min_throughput")
 
 
 def merge(*, code: Mapping[str, Any] | None = None, top: Layer | None = None,

@@ -422,5 +422,6 @@ def _stats_table(out: TextIO, stats: RetryStats) -> None:
     print(f"\n  total: {snap['calls']} calls, {snap['retries']} retries, {snap['giveups']} gave "
           f"up; {_mb(snap['bytes_replayed'])} sent again from the replay spool; "
           f"{snap['sleep_seconds']:.1f}s spent waiting between attempts", file=out)
-    print("  ('close' is the commit of an upload, 'open_output_stream' its start, 'write' a "
-          "part, 'copy' a whole file of retryfs.copy)", file=out)
+    print("  ('copy_files' is one file of pyarrow.fs.copy_files onto retryfs, copied again from "
+          "its source; 'close' is the commit of an upload, 'open_output_stream' its start, "
+          "'write' a part, 'copy' a whole file of retryfs.copy)", file=out)

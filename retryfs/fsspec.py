@@ -62,6 +62,7 @@ from .engine import Retrier
 from .fsspec_files import AsyncRetryReadFile, InnerFile, RetryReadFile, RetryWriteFile
 from .fsspec_inner import call_label, inner_is_async, resolve_inner
 from .native import with_native_attempts
+from .parts import retry_parts_in_place
 from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
 from .redact import redact, register_option_secrets
 from .stats import RetryStats
@@ -400,7 +401,8 @@ class RetryFileSystem(ChainedFileSystem):
             writer: RetryWriteFile | None = None
 
             def reopen_write() -> InnerFile:
-                inner = InnerFile(self._call("open_output_stream", path, opener))
+                file = self._call("open_output_stream", path, opener)
+                inner = InnerFile(retry_parts_in_place(file, self.retrier, path))
                 if writer is not None:
                     writer._last_inner = inner
                 return inner

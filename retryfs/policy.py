@@ -33,6 +33,8 @@ OPERATION_GROUPS: dict[str, str] = {
     "write": "write",
     "flush": "write",
     "close": "write",
+    "copy_files": "write",  # one file of a pyarrow.fs.copy_files onto a retryfs destination
+    "upload_part": "write",  # one part of an fsspec (s3fs) upload, retried in place
     "verify": "metadata",  # the read-after-write check after a commit
     "delete_dir": "delete",
     "delete_dir_contents": "delete",

@@ -38,6 +38,7 @@ EVERY_OPTION = dict(
     budget=RetryBudget(capacity=40),
     timeout={"metadata": 7.0},
     native_attempts=2,
+    native_write_attempts=4,
     write_timeout=5.0,
     min_throughput=1000.0,
 )

@@ -124,7 +124,9 @@ def _make_tree(root, files=40, big=3 * MiB):
 def test_copy_files_of_a_directory_survives_faults(faulty, tmp_path, use_threads):
     src, dst = tmp_path / "src", tmp_path / "dst"
     digests = _make_tree(str(src))
-    fs = RetryingFileSystem(faulty, FAST.replace(max_attempts=6))
+    # one file is one unit of retry on copy_files' direct path (open, writes, close, re-read
+    # from the source), so the faults below may all land on one file: 9 failures in a row
+    fs = RetryingFileSystem(faulty, FAST.replace(max_attempts=10))
     faulty.inject("write", errors.network(), skip=3, times=4)
     faulty.inject("close", errors.commit_failed(), skip=5, times=3)
     faulty.inject("open_output_stream", errors.throttle(), skip=7, times=2)

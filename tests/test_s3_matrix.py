@@ -465,7 +465,9 @@ def test_s3fs_broken_upload_is_aborted_never_committed(
     fs = RetryingFileSystem(matrix_clients.get("s3fs", timeout=False), POLICY, budget=False)
     data = BIG["s3fs"]
 
-    ep.add_fault(S3Fault.internal_error(op="UploadPart", query={"partNumber": 1}, times=1))
+    # part 1 fails as often as its in-place retry tries it: the upload breaks and is replayed
+    ep.add_fault(S3Fault.internal_error(op="UploadPart", query={"partNumber": 1},
+                                        times=POLICY.max_attempts))
     write(fs, f"{bucket}/ok", data)
     assert ep.get_object(bucket, "ok") == data
     counts = ep.counts()

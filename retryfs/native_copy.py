@@ -1,0 +1,149 @@
+"""``pyarrow.fs.copy_files`` onto a `RetryingFileSystem`: native streams, the source re-read.
+
+A copy's bytes can always be read again from its source, so there is no need to keep them in a
+replay spool: each file is one attempt (open the source, open the destination on the wrapped
+filesystem, move pyarrow buffers from one native stream to the other, close), retried as a whole
+under the operation ``copy_files`` (policy group ``write``) by reading the source again. The
+happy path moves the bytes with Arrow's own streams (no Python copy, no spool), at the wrapped
+filesystem's speed; part failures inside a native S3 upload are re-sent by its write client
+(``native_write_attempts``), as for any output stream.
+
+After each file, the post-commit check runs as its own retried metadata call (``verify``): a
+failed check sends nothing again, a proven missing or short object copies the file again. A file
+that finally fails is reported to the guard's session like any failed commit: ``copy_files``
+raises its original error with the note naming every object that did not land (never a silent
+success), and ``fs.failed_commits()`` lists it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from .commits import FailedCommits, report_commit, watching
+from .engine import Retrier
+from .errors import CommitNotVisibleError
+
+__all__ = ["CopyTarget", "copy_file_tree", "copy_single_file"]
+
+
+class CopyTarget(Protocol):
+    """What a copy needs of the destination's handler (`retryfs.arrow.RetryingHandler`)."""
+
+    retrier: Retrier
+    writer: pafs.FileSystem  # opens the native output streams
+    failed_commits: FailedCommits
+
+    @property
+    def verify_writes(self) -> bool: ...
+    def create_dir(self, path: str, recursive: bool) -> None: ...
+    def _landed(self, path: str, size: int) -> bool: ...
+
+
+def copy_single_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
+                     destination: str, chunk_size: int, use_threads: bool) -> None:
+    """What ``pyarrow.fs._copy_files`` does, through ``handler``'s retries."""
+    size = source_fs.get_file_info(source).size
+    _copy_file(handler, source_fs, source, destination, _buffer_size(chunk_size, size))
+
+
+def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
+                   selector: pafs.FileSelector, destination_base: str, chunk_size: int,
+                   use_threads: bool) -> None:
+    """What ``pyarrow.fs._copy_files_selector`` does (the source's directories created, then
+    every file copied, in parallel on ``pyarrow.io_thread_count()`` threads with
+    ``use_threads``)."""
+    infos = source_fs.get_file_info(selector)
+    base = selector.base_dir.rstrip("/")
+    destination_base = destination_base.rstrip("/")
+
+    def target(path: str) -> str:
+        relative = path[len(base):].lstrip("/") if path.startswith(base) else path
+        return f"{destination_base}/{relative}" if relative else destination_base
+
+    for info in infos:  # as Arrow does: each source directory, not the base itself
+        if info.type == pafs.FileType.Directory:
+            handler.create_dir(target(info.path), True)
+    files = [(info.path, target(info.path), _buffer_size(chunk_size, info.size))
+             for info in infos if info.type == pafs.FileType.File]
+    if not use_threads or len(files) < 2:
+        for source, destination, buffer_size in files:
+            _copy_file(handler, source_fs, source, destination, buffer_size)
+        return
+    with ThreadPoolExecutor(max_workers=max(1, pa.io_thread_count())) as pool:
+        for future in [pool.submit(_copy_file, handler, source_fs, source, destination,
+                                   buffer_size) for source, destination, buffer_size in files]:
+            future.result()
+
+
+def _buffer_size(chunk_size: int, size: int | None) -> int:
+    """The read size of one file: ``chunk_size``, or the file's size if smaller (Ray Train
+    copies with 64 MiB chunks: a 1 KiB file must not cost a 64 MiB buffer per read)."""
+    if size is None or size < 0:
+        return max(1, chunk_size)
+    return max(1, min(chunk_size, size))
+
+
+def _copy_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
+               destination: str, buffer_size: int) -> None:
+    unverified: list[Exception] = []
+    error: BaseException | None = None
+    try:
+        handler.retrier.call("copy_files", destination, _attempt, handler, source_fs, source,
+                             destination, buffer_size, unverified)
+        if unverified:  # committed, but the check gave up: nothing proven either way
+            error = unverified[0]
+    except Exception as exc:  # noqa: BLE001 - reported, then raised by the copy_files guard
+        error = exc
+    handler.failed_commits.record(destination, error)
+    report_commit(watching(), destination, error)
+
+
+def _attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
+             destination: str, buffer_size: int, unverified: list[Exception]) -> None:
+    with source_fs.open_input_stream(source) as reader:
+        metadata = reader.metadata() or None
+        writer = handler.writer.open_output_stream(destination, metadata=metadata)
+        size = _pump(reader, writer, buffer_size)
+    if handler.verify_writes:
+        _verify(handler.retrier.call, handler._landed, destination, size, unverified)
+
+
+def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int) -> int:
+    """Bytes from ``reader`` into ``writer``, then the commit; ``writer`` is closed either way
+    (a native stream whose write failed does not commit on close; a source that failed leaves a
+    partial destination, which the next attempt rewrites). Each read is a fresh Arrow buffer
+    handed on without a copy: a native S3 stream may keep it for a background part upload, so
+    a buffer is never reused."""
+    size = 0
+    try:
+        while True:
+            buffer = reader.read_buffer(buffer_size)
+            if not buffer.size:
+                break
+            writer.write(buffer)
+            size += buffer.size
+    except BaseException:
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001 - the stream is broken already; its error is raised
+            pass
+        raise
+    writer.close()  # the commit: raises when it failed (copy_files would ignore it)
+    return size
+
+
+def _verify(call: Callable[..., Any], landed: Callable[[str, int], bool], path: str, size: int,
+            unverified: list[Exception]) -> None:
+    try:
+        ok = call("verify", path, landed, path, size)
+    except Exception as exc:  # noqa: BLE001 - raised after the copy loop, never re-copied
+        unverified.append(exc)
+        return
+    if not ok:
+        raise CommitNotVisibleError(
+            f"{path!r} was committed but does not hold the {size} bytes copied")
