@@ -317,8 +317,7 @@ class RetryingHandler(pafs.FileSystemHandler):
             verify=self._landed if self.verify_writes else None,
             on_commit=self.failed_commits.record,
             spool_memory=self.spool_memory,
-            attempt_timeout=(None if self.config.write_timeout is None
-                             else self._write_attempt_timeout),
+            attempt_timeout=self.write_attempt_timeout,
         )
         return pa.PythonFile(stream, mode="w")
 
@@ -361,10 +360,13 @@ class RetryingHandler(pafs.FileSystemHandler):
                                     seekable=seekable)
         return InputFile(stream, mode="r")
 
-    def _write_attempt_timeout(self, operation: str, in_flight: int) -> float:
-        """The timeout of one write/flush/close attempt: ``write_timeout`` plus the bytes in
-        flight at ``min_throughput`` (the deadline stops the retries, not an attempt: an
-        object that needs longer than the deadline can still land)."""
+    def write_attempt_timeout(self, operation: str, in_flight: int) -> float | None:
+        """The timeout of one write/flush/close (or whole-file copy) attempt: ``write_timeout``
+        plus the bytes in flight at ``min_throughput``; ``None`` when writes are untimed (the
+        deadline stops the retries, not an attempt: an object that needs longer than the
+        deadline can still land)."""
+        if self.config.write_timeout is None:
+            return None
         return write_attempt_timeout(self.config.write_timeout, self.config.min_throughput,
                                      in_flight)
 

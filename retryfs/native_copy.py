@@ -27,6 +27,7 @@ import pyarrow.fs as pafs
 from .commits import FailedCommits, report_commit, watching
 from .engine import Retrier
 from .errors import CommitNotVisibleError
+from .timeouts import run_with_timeout
 
 __all__ = ["CopyTarget", "copy_file_tree", "copy_single_file"]
 
@@ -42,13 +43,14 @@ class CopyTarget(Protocol):
     def verify_writes(self) -> bool: ...
     def create_dir(self, path: str, recursive: bool) -> None: ...
     def _landed(self, path: str, size: int) -> bool: ...
+    def write_attempt_timeout(self, operation: str, in_flight: int) -> float | None: ...
 
 
 def copy_single_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
                      destination: str, chunk_size: int, use_threads: bool) -> None:
     """What ``pyarrow.fs._copy_files`` does, through ``handler``'s retries."""
     size = source_fs.get_file_info(source).size
-    _copy_file(handler, source_fs, source, destination, _buffer_size(chunk_size, size))
+    _copy_file(handler, source_fs, source, destination, _buffer_size(chunk_size, size), size)
 
 
 def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
@@ -68,15 +70,16 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
     for info in infos:  # as Arrow does: each source directory, not the base itself
         if info.type == pafs.FileType.Directory:
             handler.create_dir(target(info.path), True)
-    files = [(info.path, target(info.path), _buffer_size(chunk_size, info.size))
+    files = [(info.path, target(info.path), _buffer_size(chunk_size, info.size), info.size)
              for info in infos if info.type == pafs.FileType.File]
     if not use_threads or len(files) < 2:
-        for source, destination, buffer_size in files:
-            _copy_file(handler, source_fs, source, destination, buffer_size)
+        for source, destination, buffer_size, size in files:
+            _copy_file(handler, source_fs, source, destination, buffer_size, size)
         return
     with ThreadPoolExecutor(max_workers=max(1, pa.io_thread_count())) as pool:
         for future in [pool.submit(_copy_file, handler, source_fs, source, destination,
-                                   buffer_size) for source, destination, buffer_size in files]:
+                                   buffer_size, size)
+                       for source, destination, buffer_size, size in files]:
             future.result()
 
 
@@ -89,12 +92,13 @@ def _buffer_size(chunk_size: int, size: int | None) -> int:
 
 
 def _copy_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
-               destination: str, buffer_size: int) -> None:
+               destination: str, buffer_size: int, size: int | None) -> None:
     unverified: list[Exception] = []
     error: BaseException | None = None
+    seconds = handler.write_attempt_timeout("copy_files", max(0, size or 0))
     try:
         handler.retrier.call("copy_files", destination, _attempt, handler, source_fs, source,
-                             destination, buffer_size, unverified)
+                             destination, buffer_size, seconds, unverified)
         if unverified:  # committed, but the check gave up: nothing proven either way
             error = unverified[0]
     except Exception as exc:  # noqa: BLE001 - reported, then raised by the copy_files guard
@@ -104,11 +108,22 @@ def _copy_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
 
 
 def _attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
-             destination: str, buffer_size: int, unverified: list[Exception]) -> None:
-    with source_fs.open_input_stream(source) as reader:
-        metadata = reader.metadata() or None
-        writer = handler.writer.open_output_stream(destination, metadata=metadata)
-        size = _pump(reader, writer, buffer_size)
+             destination: str, buffer_size: int, seconds: float | None,
+             unverified: list[Exception]) -> None:
+    """One whole-file attempt. With a per-attempt write timeout (``write_timeout`` plus the
+    file's bytes at ``min_throughput``), the upload runs on a worker, and a stalled one is left
+    behind and becomes a retry that reads the source again (the abandoned attempt ends when
+    its request does: a reset fails its stream, which then commits nothing). The verification
+    runs after, outside that timeout: it is a metadata call with timeouts of its own."""
+
+    def upload() -> int:
+        with source_fs.open_input_stream(source) as reader:
+            metadata = reader.metadata() or None
+            writer = handler.writer.open_output_stream(destination, metadata=metadata)
+            return _pump(reader, writer, buffer_size)
+
+    size = upload() if seconds is None else run_with_timeout(upload, seconds, "copy_files",
+                                                             destination)
     if handler.verify_writes:
         _verify(handler.retrier.call, handler._landed, destination, size, unverified)
 

@@ -108,3 +108,32 @@ def test_write_timeouts_survive_pickling():
     assert (back.retry_handler.config.write_timeout,
             back.retry_handler.config.min_throughput) == (7.0, 1000)
     assert back == fs
+
+
+@pytest.mark.parametrize("op", ["PutObject", "UploadPart", "CompleteMultipartUpload"])
+def test_copy_files_onto_retryfs_times_out_a_stalled_upload(
+        op: str, s3_fault_endpoint: S3FaultEndpoint, s3_fault_bucket: str, tmp_path) -> None:
+    """``pyarrow.fs.copy_files`` onto retryfs (Ray Train's upload) copies each file through
+    native streams, not an output stream of retryfs: its whole-file attempts are timed too, so a
+    stalled request becomes a retry that reads the source again, not a wait for the stall."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    files = {"model.pt": random.Random(1).randbytes(64 * 1024 if op == "PutObject" else 6 * MiB),
+             "meta.json": b"{}"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    stall = ep.add_fault(S3Fault.stall(STALL, op=op, path=f"{bucket}/ckpt/model.pt", times=1))
+    fs = RetryingFileSystem(ep.pyarrow_fs(allow_delayed_open=op == "PutObject"), POLICY,
+                            budget=False, **FAST)
+    started = time.monotonic()
+    pafs.copy_files(str(tmp_path), f"{bucket}/ckpt", source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=fs, use_threads=True)
+    elapsed = time.monotonic() - started
+    ep.release_stalls()
+    assert ep.fired(stall) == 1
+    for name, data in files.items():
+        assert hashlib.sha256(ep.get_object(bucket, f"ckpt/{name}")).digest() == \
+            hashlib.sha256(data).digest()
+    stats = fs.stats.snapshot()
+    assert stats["timeouts"] == 1 and stats["by_operation"]["copy_files"]["retries"] == 1, stats
+    assert fs.failed_commits() == {}
+    assert elapsed < STALL, f"{elapsed:.1f}s: the stall was waited out"
