@@ -84,7 +84,7 @@ class WrapperConfig:
       that the SDK re-sends a failed part alone).
     - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
       each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
-      its bytes in flight at ``min_throughput`` (the pyarrow face).
+      its bytes in flight at ``min_throughput`` (both faces; the async face's files are not replayed, so untimed).
     - ``stats``: the `RetryStats` to count into. It is state, not configuration: it takes no
       part in equality and does not travel by pickle (a worker counts afresh).
 

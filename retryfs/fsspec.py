@@ -66,7 +66,7 @@ from .parts import retry_parts_in_place
 from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
 from .redact import redact, register_option_secrets
 from .stats import RetryStats
-from .timeouts import timed
+from .timeouts import timed, write_attempt_timeout
 
 __all__ = ["AsyncRetryFileSystem", "AsyncRetryReadFile", "FSSPEC_GROUPS",
            "RetryFileSystem", "RetryReadFile", "RetryWriteFile"]
@@ -411,10 +411,19 @@ class RetryFileSystem(ChainedFileSystem):
             writer = RetryWriteFile(
                 self, path, mode, first, reopen_write, self.retrier,
                 verify=self._landed if (self.verify_writes and autocommit) else None,
-                spool_memory=self.spool_memory, autocommit=autocommit)
+                spool_memory=self.spool_memory, autocommit=autocommit,
+                attempt_timeout=self._write_attempt_timeout)
             return writer
         operation = "open_append_stream" if "a" in mode else "open"
         return self._call(operation, path, opener)
+
+    def _write_attempt_timeout(self, operation: str, in_flight: int) -> float | None:
+        """As on the pyarrow face: each write/flush/close attempt may take ``write_timeout``
+        plus its bytes in flight at ``min_throughput`` (``None``: writes untimed)."""
+        config = self.retry_config
+        if config.write_timeout is None:
+            return None
+        return write_attempt_timeout(config.write_timeout, config.min_throughput, in_flight)
 
     def _landed(self, path: str, size: int) -> bool:
         """Whether ``path`` holds ``size`` bytes now (the read-after-write check)."""

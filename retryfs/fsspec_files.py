@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from .engine import Retrier
 from .redact import redact
-from .streams import ReplayableOutputStream, ResumableInputFile, discard
+from .streams import AttemptTimeout, ReplayableOutputStream, ResumableInputFile, discard
 
 __all__ = ["AsyncRetryReadFile", "InnerFile", "RetryReadFile", "RetryWriteFile"]
 
@@ -138,8 +138,9 @@ class RetryWriteFile(ReplayableOutputStream):
     def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile,
                  reopen: Callable[[], InnerFile], retrier: Retrier, *,
                  verify: Callable[[str, int], bool] | None, spool_memory: int,
-                 autocommit: bool) -> None:
-        super().__init__(path, inner, reopen, retrier, verify=verify, spool_memory=spool_memory)
+                 autocommit: bool, attempt_timeout: AttemptTimeout | None = None) -> None:
+        super().__init__(path, inner, reopen, retrier, verify=verify, spool_memory=spool_memory,
+                         attempt_timeout=attempt_timeout)
         self.fs = fs
         self.mode = mode
         self.autocommit = autocommit

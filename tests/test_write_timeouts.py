@@ -137,3 +137,33 @@ def test_copy_files_onto_retryfs_times_out_a_stalled_upload(
     assert stats["timeouts"] == 1 and stats["by_operation"]["copy_files"]["retries"] == 1, stats
     assert fs.failed_commits() == {}
     assert elapsed < STALL, f"{elapsed:.1f}s: the stall was waited out"
+
+
+@pytest.mark.parametrize("op, size", [
+    ("PutObject", 64 * 1024),                   # a small file: one PutObject at close
+    ("UploadPart", 11 * MiB),                   # 5 MiB blocks, sent while writing
+    ("CompleteMultipartUpload", 11 * MiB),      # the commit itself
+])
+def test_the_fsspec_face_times_out_a_stalled_upload(op: str, size: int,
+                                                    s3_fault_endpoint: S3FaultEndpoint,
+                                                    s3_fault_bucket: str) -> None:
+    """The fsspec face (``retry`` over s3fs) times its writes as the pyarrow face does: a
+    stalled request becomes a retry into a fresh upload, and the object lands byte for byte."""
+    import fsspec
+
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    data = random.Random(size).randbytes(size)
+    stall = ep.add_fault(S3Fault.stall(STALL, op=op, path=f"{bucket}/obj", times=1))
+    fs = fsspec.filesystem("retry", fs=ep.s3fs(), skip_instance_cache=True, policy=POLICY,
+                           budget=False, **FAST)
+    started = time.monotonic()
+    with fs.open(f"{bucket}/obj", "wb", block_size=5 * MiB) as out:
+        for start in range(0, len(data), MiB):
+            out.write(data[start:start + MiB])
+    elapsed = time.monotonic() - started
+    ep.release_stalls()
+    assert ep.fired(stall) == 1
+    assert hashlib.sha256(ep.get_object(bucket, "obj")).digest() == hashlib.sha256(data).digest()
+    stats = fs.stats.snapshot()
+    assert stats["timeouts"] >= 1 and stats["giveups"] == 0, stats
+    assert elapsed < STALL, f"{elapsed:.1f}s: the stall was waited out"
