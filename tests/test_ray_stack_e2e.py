@@ -49,7 +49,10 @@ def ep(cluster, s3_fault_endpoint):
 
 
 def wrapped(ep):
-    return retryfs.RetryingFileSystem(h.native_s3(ep), POLICY, native_attempts=1)
+    # retryfs the only retry layer, writes included (native_write_attempts=1): the faults below
+    # are then retried, and counted, by each worker's own wrapper, not inside the SDK
+    return retryfs.RetryingFileSystem(h.native_s3(ep), POLICY, native_attempts=1,
+                                      native_write_attempts=1)
 
 
 def every_rank_intact(ep, result, ranks=(0, 1)):
