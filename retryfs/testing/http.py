@@ -36,6 +36,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.sax.saxutils import escape
 
+from ._match import rule_matches
 from ._wire import (
     RAW_HEADERS,
     Armed,
@@ -306,21 +307,7 @@ class HttpFault:
 
     def matches(self, request: HttpRequest) -> bool:
         """Whether `request` is one this rule applies to (firing aside)."""
-        if self.op is not None and request.op not in self.ops:
-            return False
-        if self.method is not None and request.method != self.method.upper():
-            return False
-        if isinstance(self.path, str) and not fnmatch.fnmatchcase(request.path, self.path):
-            return False
-        if isinstance(self.path, re.Pattern) and not self.path.search(request.path):
-            return False
-        for name, want in (self.query or {}).items():
-            if isinstance(want, bool):
-                if (name in request.query) != want:
-                    return False
-            elif request.query.get(name) != str(want):
-                return False
-        return self.when is None or bool(self.when(request))
+        return rule_matches(self, request)
 
     # -- constructors ----------------------------------------------------------------------------
 

@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from ._match import rule_matches
 
 __all__ = ["OPERATIONS", "FaultKind", "RequestRecord", "S3Fault", "S3Request", "operation_name"]
 
@@ -192,21 +193,7 @@ class S3Fault:
 
     def matches(self, request: S3Request) -> bool:
         """Whether `request` is one this rule applies to (firing aside)."""
-        if self.op is not None and request.op not in self.ops:
-            return False
-        if self.method is not None and request.method != self.method.upper():
-            return False
-        if isinstance(self.path, str) and not fnmatch.fnmatchcase(request.path, self.path):
-            return False
-        if isinstance(self.path, re.Pattern) and not self.path.search(request.path):
-            return False
-        for name, want in (self.query or {}).items():
-            if isinstance(want, bool):
-                if (name in request.query) != want:
-                    return False
-            elif request.query.get(name) != str(want):
-                return False
-        return self.when is None or bool(self.when(request))
+        return rule_matches(self, request)
 
     # -- constructors: `match` takes the matching and firing fields above -------------------
 
