@@ -162,9 +162,11 @@ def clean_retryfs_env(monkeypatch):
 
 # Hypothesis profiles: the default one for `make test`; `--hypothesis-profile=long` for thousands
 # of examples (tests/test_simulation.py). A failing example prints its blob to replay it.
+# derandomize: `make test` (CI) runs the same examples every time; explore with the long profile
 settings.register_profile("default", deadline=None, print_blob=True, max_examples=200,
+                          derandomize=True,
                           stateful_step_count=20,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("long", settings.get_profile("default"), max_examples=3000,
+settings.register_profile("long", settings.get_profile("default"), max_examples=3000, derandomize=False,
                           stateful_step_count=40)
 settings.load_profile(os.environ.get("RETRYFS_HYPOTHESIS_PROFILE", "default"))
