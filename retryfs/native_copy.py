@@ -17,6 +17,9 @@ success), and ``fs.failed_commits()`` lists it.
 
 from __future__ import annotations
 
+import posixpath
+import threading
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -27,6 +30,7 @@ import pyarrow.fs as pafs
 from .commits import FailedCommits, report_commit, watching
 from .engine import Retrier
 from .errors import CommitNotVisibleError
+from .streams import abandon_stream, discard
 from .timeouts import run_with_timeout
 
 __all__ = ["CopyTarget", "copy_file_tree", "copy_single_file"]
@@ -112,44 +116,105 @@ def _attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
              unverified: list[Exception]) -> None:
     """One whole-file attempt. With a per-attempt write timeout (``write_timeout`` plus the
     file's bytes at ``min_throughput``), the upload runs on a worker, and a stalled one is left
-    behind and becomes a retry that reads the source again (the abandoned attempt ends when
-    its request does: a reset fails its stream, which then commits nothing). The verification
-    runs after, outside that timeout: it is a metadata call with timeouts of its own."""
+    behind and becomes a retry that reads the source again; the abandoned attempt never
+    commits (it stops at its next read or write and drops its stream unclosed), so it cannot
+    land a partial or stale object over the retry's. The verification runs after, outside
+    that timeout: it is a metadata call with timeouts of its own."""
+    abandoned = threading.Event()
+    beside = _writes_through(handler.writer)
 
     def upload() -> int:
+        target = _beside(destination) if beside else destination
         with source_fs.open_input_stream(source) as reader:
             metadata = reader.metadata() or None
-            writer = handler.writer.open_output_stream(destination, metadata=metadata)
-            return _pump(reader, writer, buffer_size)
+            writer = handler.writer.open_output_stream(target, metadata=metadata)
+            try:
+                size = _pump(reader, writer, buffer_size, abandoned)
+            except BaseException:
+                if beside:
+                    _remove_quietly(handler.writer, target)
+                raise
+        if beside:
+            _rename(handler.writer, target, destination, abandoned)
+        return size
 
-    size = upload() if seconds is None else run_with_timeout(upload, seconds, "copy_files",
-                                                             destination)
+    if seconds is None:
+        size = upload()
+    else:
+        size = run_with_timeout(upload, seconds, "copy_files", destination,
+                                on_abandon=lambda _future: abandoned.set())
     if handler.verify_writes:
         _verify(handler.retrier.call, handler._landed, destination, size, unverified)
 
 
-def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int) -> int:
-    """Bytes from ``reader`` into ``writer``, then the commit; ``writer`` is closed either way
-    (a native stream whose write failed does not commit on close; a source that failed leaves a
-    partial destination, which the next attempt rewrites). Each read is a fresh Arrow buffer
-    handed on without a copy: a native S3 stream may keep it for a background part upload, so
-    a buffer is never reused."""
+class _Abandoned(Exception):
+    """Raised inside an attempt that timed out: it stops without committing."""
+
+
+def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
+          abandoned: threading.Event) -> int:
+    """Bytes from ``reader`` into ``writer``, then the commit (its close).
+
+    Only a whole copy is committed. When the *source* fails (or the attempt was abandoned),
+    ``writer`` is healthy and its close would commit the prefix it holds as if it were the
+    file (and a copy onto itself would then re-read that prefix as its source): it is dropped
+    unclosed instead (:func:`retryfs.streams.abandon_stream`; an S3 multipart upload stays
+    incomplete). When the *writer* failed, it is closed: a native stream whose write failed
+    does not commit. Each read is a fresh Arrow buffer handed on without a copy: a native S3
+    stream may keep it for a background part upload, so a buffer is never reused."""
     size = 0
-    try:
-        while True:
-            buffer = reader.read_buffer(buffer_size)
-            if not buffer.size:
-                break
-            writer.write(buffer)
-            size += buffer.size
-    except BaseException:
+    while True:
         try:
-            writer.close()
-        except Exception:  # noqa: BLE001 - the stream is broken already; its error is raised
-            pass
-        raise
+            if abandoned.is_set():
+                raise _Abandoned()
+            buffer = reader.read_buffer(buffer_size)
+            if abandoned.is_set():
+                raise _Abandoned()
+        except BaseException:
+            abandon_stream(writer)
+            raise
+        if not buffer.size:
+            break
+        try:
+            writer.write(buffer)
+        except BaseException:
+            discard(writer)
+            raise
+        size += buffer.size
     writer.close()  # the commit: raises when it failed (copy_files would ignore it)
     return size
+
+
+def _writes_through(fs: pafs.FileSystem) -> bool:
+    """Whether ``fs``'s output streams write in place as they go (a local disk: the file is
+    truncated at open and holds a prefix while written), so that a copy writes beside its
+    destination and renames it into place (an object store shows nothing until the commit)."""
+    while isinstance(fs, pafs.SubTreeFileSystem):
+        fs = fs.base_fs
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def _beside(path: str) -> str:
+    head, tail = posixpath.split(path)
+    return posixpath.join(head, f".{tail}.retryfs-{uuid.uuid4().hex[:8]}.tmp")
+
+
+def _rename(fs: pafs.FileSystem, target: str, destination: str,
+            abandoned: threading.Event) -> None:
+    try:
+        if abandoned.is_set():
+            raise _Abandoned()
+        fs.move(target, destination)
+    except BaseException:
+        _remove_quietly(fs, target)
+        raise
+
+
+def _remove_quietly(fs: pafs.FileSystem, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except Exception:  # noqa: BLE001 - best effort: the attempt's own error is raised
+        pass
 
 
 def _verify(call: Callable[..., Any], landed: Callable[[str, int], bool], path: str, size: int,

@@ -24,7 +24,8 @@ from .engine import Retrier
 from .errors import CommitNotVisibleError
 from .timeouts import run_with_timeout
 
-__all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY"]
+__all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY",
+           "abandon_stream", "discard"]
 
 _REPLAY_CHUNK = 8 * 1024 * 1024
 
@@ -73,7 +74,7 @@ def replay_spool(memory: int) -> IO[bytes]:
     return tempfile.SpooledTemporaryFile(max_size=memory, prefix="retryfs-")
 
 
-def _abandon(stream: Any) -> None:
+def abandon_stream(stream: Any) -> None:
     """Drop a stream whose timed-out attempt was left behind, without ever committing it.
 
     fsspec files are discarded (s3fs aborts the multipart upload). Anything else is kept
@@ -121,7 +122,7 @@ class ReplayableOutputStream(io.RawIOBase):
 
     With ``attempt_timeout``, each attempt (reopen and replay included) runs on a worker
     thread and is abandoned when it takes longer: a stalled upload becomes a retry into a
-    fresh stream, and the stalled one is dropped without a commit (:func:`_abandon`).
+    fresh stream, and the stalled one is dropped without a commit (:func:`abandon_stream`).
     """
 
     def __init__(
@@ -302,7 +303,7 @@ class ReplayableOutputStream(io.RawIOBase):
 def _drop_abandoned(sink: _Sink | None) -> None:
     """After a timed-out attempt finally ended: drop its stream, unless it committed."""
     if sink is not None and not sink.closed:
-        _abandon(sink.stream)
+        abandon_stream(sink.stream)
 
 
 class ResumableInputFile(io.RawIOBase):

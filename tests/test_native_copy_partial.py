@@ -1,0 +1,118 @@
+"""``copy_files`` onto retryfs never commits a file it did not copy whole.
+
+Each file is one attempt through native streams (`retryfs.native_copy`). When the *source*
+fails in the middle (its reads gave up), the destination stream is healthy, and closing it
+would commit the prefix it holds as if it were the file: over an older object, or (a copy onto
+itself) over the source, which the next attempt then re-reads and "copies" successfully. These
+tests fail when the attempt closes the destination after a source failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+
+import pyarrow.fs as pafs
+import pytest
+from _helpers import FAST
+from pyarrow._fs import _MockFileSystem
+
+from retryfs import RetryingFileSystem
+from retryfs.testing import FaultyFileSystem, errors
+from retryfs.testing.s3 import S3Fault, S3FaultEndpoint
+
+OLD = b"checkpoint 1: the old, complete file"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_source_that_fails_mid_copy_leaves_the_old_s3_object(
+        s3_fault_endpoint: S3FaultEndpoint, s3_fault_bucket: str) -> None:
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    new = random.Random(7).randbytes(256 * 1024)
+    ep.put_object(bucket, "src/model.pt", new)
+    ep.put_object(bucket, "dst/model.pt", OLD)
+    # the first GET of the source delivers a prefix and is cut; every later one is reset
+    cut = ep.add_fault(S3Fault.truncate(keep_bytes=64 * 1024, op="GetObject",
+                                        path=f"{bucket}/src/model.pt", times=1))
+    reset = ep.add_fault(S3Fault.reset(op="GetObject", path=f"{bucket}/src/model.pt"))
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False)
+    with pytest.raises(OSError):
+        pafs.copy_files(f"{bucket}/src", f"{bucket}/dst", source_filesystem=fs,
+                        destination_filesystem=fs, use_threads=False)
+    assert ep.fired(cut) == 1 and ep.fired(reset) >= 1
+    assert sha(ep.get_object(bucket, "dst/model.pt")) == sha(OLD), "a partial copy landed"
+    # nothing was sent to the destination: no PutObject, no completed upload
+    assert not [r for r in ep.requests("PutObject") + ep.requests("CompleteMultipartUpload")
+                if r.path == f"{bucket}/dst/model.pt"]
+    assert f"{bucket}/dst/model.pt" in fs.failed_commits()
+    attempts = fs.stats.snapshot()["by_operation"]["copy_files"]
+    assert attempts["attempts"] == FAST.max_attempts and attempts["giveups"] == 1, attempts
+
+
+def test_a_copy_onto_itself_whose_first_read_gave_up_keeps_the_file() -> None:
+    """The replayed simulation failure: ``copy_files("a/c", "a/c")`` (every file onto itself),
+    the source's reads failing until they give up once. The first attempt's destination
+    stream must not commit its empty prefix over the source, or the retry copies that."""
+    store = _MockFileSystem()
+    store.create_dir("a/c")
+    with store.open_output_stream("a/c/z.bin") as out:
+        out.write(b"z" * 100)
+    faulty = FaultyFileSystem(store)
+    fs = RetryingFileSystem(faulty, FAST, budget=False)
+    fault = faulty.inject("read", errors.network(), times=FAST.max_attempts)  # 1 read gives up
+    pafs.copy_files("a/c", "a/c", source_filesystem=fs, destination_filesystem=fs,
+                    use_threads=False)
+    assert fault.fired == FAST.max_attempts
+    with store.open_input_stream("a/c/z.bin") as f:
+        assert f.read() == b"z" * 100
+    stats = fs.stats.snapshot()["by_operation"]
+    assert stats["read"]["giveups"] == 1 and stats["copy_files"]["retries"] == 1, stats
+    assert fs.failed_commits() == {}
+
+
+def test_a_failed_copy_leaves_no_partial_tree() -> None:
+    """The other replayed failure: a tree copied to a new place, the source failing for good:
+    ``copy_files`` raises and the destination file does not exist, not empty nor a prefix."""
+    store = _MockFileSystem()
+    store.create_dir("a/c")
+    with store.open_output_stream("a/c/z.bin") as out:
+        out.write(b"z" * 100)
+    faulty = FaultyFileSystem(store)
+    fs = RetryingFileSystem(faulty, FAST, budget=False)
+    fault = faulty.inject("read", errors.reset(), path="a/c/z.bin", times=None)
+    with pytest.raises(ConnectionResetError):
+        pafs.copy_files("a", "t", source_filesystem=fs, destination_filesystem=fs,
+                        use_threads=False)
+    assert fault.fired >= FAST.max_attempts
+    assert store.get_file_info("t/c/z.bin").type == pafs.FileType.NotFound
+    assert "t/c/z.bin" in fs.failed_commits()
+
+
+def test_a_local_destination_is_replaced_whole_or_not_at_all(tmp_path) -> None:
+    """A local file is written in place as it goes: the copy writes beside it and renames,
+    so a failed copy leaves the old file (and no temporary file), a good one the new."""
+    source_store = FaultyFileSystem(_MockFileSystem())
+    source_store.create_dir("src")
+    new = random.Random(3).randbytes(50_000)
+    with source_store.open_output_stream("src/model.pt") as out:
+        out.write(new)
+    source = RetryingFileSystem(source_store, FAST, budget=False)
+    (tmp_path / "dst").mkdir()
+    (tmp_path / "dst" / "model.pt").write_bytes(OLD)
+    local = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False)
+    fault = source_store.inject("read", errors.reset(), skip=1, times=None)  # after 1 chunk
+    with pytest.raises(ConnectionResetError):
+        pafs.copy_files("src", str(tmp_path / "dst"), source_filesystem=source,
+                        destination_filesystem=local, chunk_size=4096, use_threads=False)
+    assert fault.fired >= FAST.max_attempts
+    assert (tmp_path / "dst" / "model.pt").read_bytes() == OLD
+    assert os.listdir(tmp_path / "dst") == ["model.pt"]
+    source_store.clear()
+    pafs.copy_files("src", str(tmp_path / "dst"), source_filesystem=source,
+                    destination_filesystem=local, chunk_size=4096, use_threads=False)
+    assert sha((tmp_path / "dst" / "model.pt").read_bytes()) == sha(new)
+    assert os.listdir(tmp_path / "dst") == ["model.pt"]
