@@ -148,6 +148,9 @@ TRANSIENT_TEXT = (
     "timed out", "Timeout was reached", "Server disconnected", "Connection refused",
     "IncompleteRead", "Read timeout", "ServiceUnavailable", "InternalError",
     "Service Unavailable", "Internal Server Error", "Bad Gateway", "Gateway Timeout",
+    # the Azure C++ SDK on a body cut short: "Azure Error: [] Connection closed before getting
+    # full response or response is less than expected"
+    "Connection closed before getting full response",
 )
 PERMANENT_TEXT = (
     "AWS Error ACCESS_DENIED", "AWS Error NO_SUCH_BUCKET", "AWS Error NO_SUCH_KEY",
@@ -162,10 +165,12 @@ _HTTP_STATUS_TEXT = re.compile(r"HTTP status (\d{3})|HTTP (\d{3})\b|status code:
 _CURL_CODE = re.compile(r"(?:curlCode|CURLE code): (\d+)")
 # google-cloud-cpp (pyarrow's GcsFileSystem): "google::cloud::Status(UNAVAILABLE: Retry policy
 # exhausted, with a last message of Backend Error ...)" -- its own loop gave up on a transient one.
+# ABORTED is how it maps HTTP 409 (a conflict, e.g. a generation precondition on a write), which
+# it does not retry itself ("Permanent error, with a last message of Conflict"): permanent.
 _CLOUD_STATUS = re.compile(r"google::cloud::Status\((\w+):")
 CLOUD_STATUS_VERDICTS = {
     "UNAVAILABLE": Verdict.TRANSIENT, "DEADLINE_EXCEEDED": Verdict.TRANSIENT,
-    "INTERNAL": Verdict.TRANSIENT, "UNKNOWN": Verdict.TRANSIENT, "ABORTED": Verdict.TRANSIENT,
+    "INTERNAL": Verdict.TRANSIENT, "UNKNOWN": Verdict.TRANSIENT, "ABORTED": Verdict.PERMANENT,
     "RESOURCE_EXHAUSTED": Verdict.THROTTLE,
     "PERMISSION_DENIED": Verdict.PERMANENT, "NOT_FOUND": Verdict.PERMANENT,
     "ALREADY_EXISTS": Verdict.PERMANENT, "FAILED_PRECONDITION": Verdict.PERMANENT,

@@ -29,7 +29,7 @@ CLOUD_RESULTS = Path(os.environ.get("RETRYFS_CLOUD_MATRIX_RESULTS")
                      or ROOT / "tests" / ".cloud-matrix-results.json")
 CLOUD_START, CLOUD_END = "<!-- cloud-fault-matrix:start -->", "<!-- cloud-fault-matrix:end -->"
 
-SYMBOL = {"survived": "✅", "failed_fast": "🛑", "not_found": "🛑", "n/a": "—"}
+SYMBOL = {"survived": "✅", "failed_fast": "🛑", "not_found": "🛑", "n/a": "—", "lost": "❌"}
 SHORT = {  # column headings
     "internal_error": "500 InternalError", "slow_down": "503 SlowDown",
     "service_unavailable": "503 ServiceUnavailable", "too_many_requests": "429",
@@ -161,8 +161,9 @@ def render_cloud(results: dict[str, Any]) -> str:
         "",
         "Each cell: " + " | ".join(f"**{titles.get(c, c)}**" for c in clients) + ". ✅ "
         "survived (bytes identical, every planned fault fired, within the cell's time bound); "
-        "🛑 failed fast (after exactly one request of the faulted operation, no retry); — does "
-        "not apply.",
+        "🛑 failed fast (after exactly one request of the faulted operation, no retry), or "
+        "answered as absent where the note says so; ❌ wrong outcome the test pins down (the "
+        "change was made, the caller gets an error: see its note); — does not apply.",
         "",
         *lines,
         "",
@@ -170,6 +171,7 @@ def render_cloud(results: dict[str, Any]) -> str:
         "",
         f"{len(listed)} cells: {counts.get('survived', 0)} survived, "
         f"{counts.get('failed_fast', 0) + counts.get('not_found', 0)} failed fast, "
+        + (f"{counts['lost']} wrong outcome, " if counts.get("lost") else "") +
         f"{counts.get('n/a', 0)} do not apply. Policy: {results['policy']['max_attempts']} "
         f"attempts, backoff ≤ {results['policy']['max_delay'] * 1000:g} ms. {versions}.",
         CLOUD_END,

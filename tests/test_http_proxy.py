@@ -122,6 +122,9 @@ def test_an_emulator_that_cannot_start_says_why():
     "Azure Error: [InternalError] 500 Internal Server Error",
     "Azure Error: [] Error while reading from network socket. CURLE code: 56. Failure when "
     "receiving data from the peer",
+    "Failed to list blobs in a directory: c/ckpt: http://127.0.0.1:1/devstoreaccount1/c Azure "
+    "Error: [] Connection closed before getting full response or response is less than "
+    "expected. Expected response length = 1629. Read until now = 814",
 ])
 def test_cloud_sdk_texts_are_transient(text):
     assert ErrorClassifier().classify(OSError(text)) is Decision.RETRY
@@ -133,6 +136,9 @@ def test_cloud_sdk_texts_are_transient(text):
     ("google::cloud::Status(PERMISSION_DENIED: Permanent error)", Decision.FAIL),
     ("Azure Error: [AuthorizationPermissionMismatch] 403 Forbidden", Decision.FAIL),
     ("Azure Error: [ConditionNotMet] 412 Precondition Failed", Decision.FAIL),
+    # google-cloud-cpp's name for HTTP 409, which it does not retry itself either
+    ("google::cloud::Status(ABORTED: Permanent error, with a last message of Conflict "
+     "error_info={reason=conflict, domain=global})", Decision.FAIL),
 ])
 def test_cloud_sdk_texts_throttle_or_fail(text, decision):
     assert ErrorClassifier().classify(OSError(text)) is decision
