@@ -49,12 +49,13 @@ bench: $(VENV)/.bench-installed
 bench-quick: $(VENV)/.bench-installed
 	$(PY) -m benchmarks.run --quick
 
-# For contributors: a lighter install (no Ray, torch, Lightning: their tests skip) and every
-# test not marked e2e.
+# For contributors: a lighter install (no Ray, torch, Lightning: their tests skip), every test
+# not marked e2e or slow, and a quarter of the hypothesis examples (the `fast` profile of
+# tests/conftest.py). `make test` runs everything with the full count.
 test-fast: $(VENV)/.test-fast-installed node_modules/.installed
 	$(PY) -m ruff check retryfs tests benchmarks examples
 	$(PY) -m mypy
-	$(PY) -m pytest -ra -m "not e2e"
+	RETRYFS_HYPOTHESIS_PROFILE=fast $(PY) -m pytest -ra -m "not e2e and not slow"
 
 # Mutation testing (slow, not in CI): mutmut over engine, classify, policy, streams and the commit
 # guard ([tool.mutmut] in pyproject.toml). mutants/ must exist before Python starts: a PYTHONPATH

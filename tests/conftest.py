@@ -160,8 +160,8 @@ def clean_retryfs_env(monkeypatch):
     reset_budgets()
 
 
-# Hypothesis profiles: the default one for `make test`; `--hypothesis-profile=long` for thousands
-# of examples (tests/test_simulation.py). A failing example prints its blob to replay it.
+# Hypothesis profiles: the default one for `make test`; `fast` for `make test-fast`;
+# `--hypothesis-profile=long` for thousands of examples (tests/test_simulation.py). A failing example prints its blob to replay it.
 # derandomize: `make test` (CI) runs the same examples every time; explore with the long profile
 settings.register_profile("default", deadline=None, print_blob=True, max_examples=200,
                           derandomize=True,
@@ -169,4 +169,7 @@ settings.register_profile("default", deadline=None, print_blob=True, max_example
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", settings.get_profile("default"), max_examples=3000, derandomize=False,
                           stateful_step_count=40)
+# `make test-fast` (contributors): a quarter of the examples, the same derandomized draw; the
+# full 200 stay in `make test` (CI). Tests with their own @settings(max_examples=...) keep theirs.
+settings.register_profile("fast", settings.get_profile("default"), max_examples=50)
 settings.load_profile(os.environ.get("RETRYFS_HYPOTHESIS_PROFILE", "default"))

@@ -9,6 +9,9 @@ from _helpers import require
 from retryfs.cli import main
 
 
+# about 11 s, most of it pyarrow's own S3 retries (the AWS SDK's backoff, up to 1 s a retry):
+# the demo shows plain pyarrow as it comes, so that time is what it demonstrates
+@pytest.mark.slow
 def test_demo_shows_the_silent_loss_and_the_fix():
     out, err = io.StringIO(), io.StringIO()
     assert main(["demo", "--size-mb", "2"], stdout=out, stderr=err) == 0, out.getvalue()

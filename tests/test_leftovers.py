@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 CONFTEST = Path(__file__).with_name("conftest.py").read_text()
 
@@ -21,6 +22,15 @@ def _not_strict(monkeypatch):
     pyproject.toml to check the test extra against: `make test`'s strict switch is not theirs."""
     for name in ("CI", "RETRYFS_STRICT_TEST_DEPS"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _outer_hypothesis_profile():
+    """The inner sessions run in this process (no interpreter to start) and import the
+    conftest's copy, which loads a hypothesis profile: this session's is loaded again after."""
+    profile = settings.get_current_profile_name()
+    yield
+    settings.load_profile(profile)
 
 
 def test_a_run_that_leaves_files_behind_fails(pytester):
@@ -41,7 +51,7 @@ def test_a_run_that_leaves_files_behind_fails(pytester):
     outside = Path(os.environ["TMPDIR"], "another-session-file")  # not this inner session's
     outside.write_text("x")
     try:
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     finally:
         outside.unlink()
     result.assert_outcomes(passed=3)
@@ -61,6 +71,6 @@ def test_a_clean_run_passes(pytester):
                 pass
             (tmp_path / "f").write_text("ok")
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert result.ret == 0 and "leftovers" not in result.stdout.str()
