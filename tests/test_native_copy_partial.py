@@ -18,7 +18,7 @@ import pytest
 from _helpers import FAST
 from pyarrow._fs import _MockFileSystem
 
-from retryfs import RetryingFileSystem
+from retryfs import RetryingFileSystem, native_copy
 from retryfs.testing import FaultyFileSystem, errors
 from retryfs.testing.s3 import S3Fault, S3FaultEndpoint
 
@@ -116,3 +116,41 @@ def test_a_local_destination_is_replaced_whole_or_not_at_all(tmp_path) -> None:
                     destination_filesystem=local, chunk_size=4096, use_threads=False)
     assert sha((tmp_path / "dst" / "model.pt").read_bytes()) == sha(new)
     assert os.listdir(tmp_path / "dst") == ["model.pt"]
+
+
+@pytest.mark.parametrize("ending", ["reset", "data"])
+def test_an_abandoned_timed_attempt_never_commits_later(monkeypatch, ending) -> None:
+    """A whole-file attempt that timed out goes on in the background. When its stalled source
+    read finally ends (in a reset, or with the data), it must not commit: neither its empty
+    prefix over the retry's complete copy, nor a stale copy over what was written since."""
+    abandoned = []
+    real = native_copy.run_with_timeout
+
+    def keeping_the_future(fn, seconds, operation, path, *, on_abandon=None):
+        def note(future):
+            abandoned.append(future)
+            if on_abandon is not None:
+                on_abandon(future)
+        return real(fn, seconds, operation, path, on_abandon=note)
+
+    monkeypatch.setattr(native_copy, "run_with_timeout", keeping_the_future)
+    source = FaultyFileSystem(_MockFileSystem())
+    source.create_dir("src")
+    new = random.Random(5).randbytes(10_000)
+    with source.open_output_stream("src/model.pt") as out:
+        out.write(new)
+    store = _MockFileSystem()
+    store.create_dir("dst")
+    fs = RetryingFileSystem(store, FAST, budget=False, write_timeout=0.2,
+                            min_throughput=1 << 30)
+    stall = source.inject("read", errors.reset() if ending == "reset" else None, stall=10.0)
+    pafs.copy_files("src", "dst", source_filesystem=source, destination_filesystem=fs,
+                    use_threads=False)
+    assert stall.fired == 1 and len(abandoned) == 1
+    assert fs.stats.snapshot()["by_operation"]["copy_files"]["retries"] == 1
+    with store.open_output_stream("dst/model.pt") as out:  # the user's next version
+        out.write(b"checkpoint 2")
+    source.release()  # the abandoned attempt's read ends now
+    abandoned[0].exception(timeout=10)  # wait for it: its outcome is discarded
+    with store.open_input_stream("dst/model.pt") as f:
+        assert f.read() == b"checkpoint 2", "the abandoned attempt committed over a newer file"
