@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import email.utils
+import inspect
 import os
 import threading
 import time
@@ -359,17 +360,33 @@ class Retrier:
         try:
             return bool(reconcile(error))
         except Exception as check_error:
-            policy = self.policy_for(operation)
-            self.stats.record_giveup(RetryEvent(
-                operation, path, attempt, policy.max_attempts, check_error, 0.0, False,
-                gave_up=True, reason="the check of its outcome failed"))
-            self.stats.record_failure(operation, attempt, gave_up=True)
-            if hasattr(check_error, "add_note"):
-                check_error.add_note(self.stats.redact(
-                    f"retryfs: {operation} {path!r}: attempt {attempt} raised "
-                    f"{type(error).__name__}, and checking whether an earlier attempt had "
-                    "done the work failed"))
+            self._check_failed(operation, path, attempt, error, check_error)
             raise
+
+    async def _areconciled(self, operation: str, path: str, attempt: int,
+                           reconcile: Callable[[BaseException], Any],
+                           error: BaseException) -> bool:
+        """`_reconciled` for :meth:`acall`: ``reconcile`` may be a coroutine function."""
+        try:
+            outcome = reconcile(error)
+            return bool(await outcome if inspect.isawaitable(outcome) else outcome)
+        except Exception as check_error:
+            self._check_failed(operation, path, attempt, error, check_error)
+            raise
+
+    def _check_failed(self, operation: str, path: str, attempt: int, error: BaseException,
+                      check_error: Exception) -> None:
+        """The bookkeeping of a check that gave up: ``operation`` is counted as given up."""
+        policy = self.policy_for(operation)
+        self.stats.record_giveup(RetryEvent(
+            operation, path, attempt, policy.max_attempts, check_error, 0.0, False,
+            gave_up=True, reason="the check of its outcome failed"))
+        self.stats.record_failure(operation, attempt, gave_up=True)
+        if hasattr(check_error, "add_note"):
+            check_error.add_note(self.stats.redact(
+                f"retryfs: {operation} {path!r}: attempt {attempt} raised "
+                f"{type(error).__name__}, and checking whether an earlier attempt had "
+                "done the work failed"))
 
     # -- async -----------------------------------------------------------------------------------
     async def acall(
@@ -378,14 +395,15 @@ class Retrier:
         path: str,
         fn: Callable[..., Awaitable[T]],
         *args: Any,
-        reconcile: Callable[[BaseException], bool] | None = None,
+        reconcile: Callable[[BaseException], Any] | None = None,
         **kwargs: Any,
     ) -> T:
         """``await fn(*args, **kwargs)`` under the same retry loop, for coroutine functions.
 
         Each attempt is bounded by ``timeouts[operation]`` (the attempt is cancelled and an
         :class:`~retryfs.timeouts.AttemptTimeoutError`, a retryable ``TimeoutError``, raised);
-        backoff waits with ``asyncio.sleep`` and never blocks the event loop.
+        backoff waits with ``asyncio.sleep`` and never blocks the event loop. ``reconcile``
+        may be a coroutine function (a check that awaits the filesystem).
         """
         timeout = self.timeouts.get(operation)
 
@@ -422,7 +440,7 @@ class Retrier:
                 else:
                     call.succeeded()
                     return result
-                if call.reconciled(error):
+                if await call.areconciled(error):
                     return None  # type: ignore[return-value]
         finally:
             call.withdraw_end(token)
@@ -437,7 +455,7 @@ class _Call:
                  "cost")
 
     def __init__(self, retrier: Retrier, operation: str, path: str,
-                 reconcile: Callable[[BaseException], bool] | None, started: float) -> None:
+                 reconcile: Callable[[BaseException], Any] | None, started: float) -> None:
         self.retrier = retrier
         self.operation = operation
         self.path = path
@@ -479,6 +497,14 @@ class _Call:
     def reconciled(self, error: BaseException) -> bool:
         """Whether a retry's error shows an earlier attempt did the work (then: success)."""
         if self.reconcile is not None and self.retrier._reconciled(
+                self.operation, self.path, self.attempt, self.reconcile, error):
+            self.succeeded()
+            return True
+        return False
+
+    async def areconciled(self, error: BaseException) -> bool:
+        """`reconciled` for the async driver (the check may be a coroutine function)."""
+        if self.reconcile is not None and await self.retrier._areconciled(
                 self.operation, self.path, self.attempt, self.reconcile, error):
             self.succeeded()
             return True

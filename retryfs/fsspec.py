@@ -61,6 +61,7 @@ from .config import (
 from .engine import Retrier
 from .fsspec_files import AsyncRetryReadFile, InnerFile, RetryReadFile, RetryWriteFile
 from .fsspec_inner import call_label, inner_is_async, resolve_inner
+from .fsspec_reconcile import async_reconciler, sync_reconciler
 from .native import with_native_attempts
 from .parts import retry_parts_in_place
 from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
@@ -104,24 +105,6 @@ ASYNC_METHODS: tuple[str, ...] = (
     "_mkdir", "_mv_file", "_pipe", "_pipe_file", "_put", "_put_file", "_rm", "_rm_file",
     "_size", "_sizes", "_walk",
 )
-
-
-def _gone(exc: BaseException) -> bool:
-    """A retried delete that finds nothing: the first attempt did it."""
-    return isinstance(exc, FileNotFoundError)
-
-
-def _exists_now(exc: BaseException) -> bool:
-    """A retried mkdir that finds the directory: the first attempt made it."""
-    return isinstance(exc, FileExistsError)
-
-
-_MKDIRS = frozenset({"mkdir", "makedirs", "makedir", "mkdirs"})
-_RECONCILE: dict[str, Callable[[BaseException], bool]] = {
-    "rm_file": _gone, "rm": _gone, "rmdir": _gone, "delete": _gone,
-    "mkdir": _exists_now, "makedirs": _exists_now, "makedir": _exists_now,
-    "mkdirs": _exists_now,
-}
 
 
 #: Every operation name of this face with its group.
@@ -333,19 +316,11 @@ class RetryFileSystem(ChainedFileSystem):
                                  reconcile=self._reconciler(operation, args, kwargs))
 
     def _reconciler(self, operation: str, args: tuple[Any, ...],
-                    kwargs: Mapping[str, Any]) -> Callable[[BaseException], bool] | None:
-        """How a retry's error of ``operation`` can show an earlier attempt's work."""
-        if operation not in _MKDIRS:
-            return _RECONCILE.get(operation)
-        path = args[0] if args else kwargs.get("path")
-
-        def made_already(exc: BaseException) -> bool:
-            # "exists" is this call's work only if what exists is a directory (checked
-            # through the engine: a transient error in the check is retried too)
-            return (_exists_now(exc) and isinstance(path, str)
-                    and self._call("info", path, self.fs.info, path).get("type") == "directory")
-
-        return made_already
+                    kwargs: Mapping[str, Any]) -> Callable[[BaseException], Any] | None:
+        """How a retry's error of ``operation`` can show an earlier attempt's work (its checks
+        are ``info`` calls through the engine)."""
+        return sync_reconciler(operation, args, kwargs,
+                               lambda path: self._call("info", path, self.fs.info, path))
 
     def _retry_iter(self, operation: str, label: str, fn: Callable[..., Any],
                     *args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -602,11 +577,13 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):
             self.__dict__[name[1:]] = blocking
 
     def _find_composed_async(self) -> frozenset[str]:
-        inner_type = type(self.fs)
+        # the instance's own coroutine, not its class's: fsspec's AsyncFileSystemWrapper sets
+        # each one on the instance (its class keeps AsyncFileSystem's no-op _mkdir)
         composed = set()
         for name in ASYNC_METHODS:
             mine = vars(AsyncFileSystem).get(name)
-            if mine is not None and getattr(inner_type, name, None) is mine:
+            if mine is not None and getattr(getattr(self.fs, name, None), "__func__",
+                                            None) is mine:
                 composed.add(name)
         return frozenset(composed)
 
@@ -614,8 +591,11 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):
                      **kwargs: Any) -> Any:
         if args or kwargs:  # never through Retrier.acall's own keywords (path=, fn=...)
             fn = functools.partial(fn, *args, **kwargs)
-        return await self.retrier.acall(operation, label, fn,
-                                        reconcile=_RECONCILE.get(operation))
+        reconcile = await async_reconciler(operation, args, kwargs, self._ainfo)
+        return await self.retrier.acall(operation, label, fn, reconcile=reconcile)
+
+    async def _ainfo(self, path: str) -> Any:
+        return await self._acall("info", path, self.fs._info, path)
 
     async def _retry_aiter(self, operation: str, label: str, fn: Callable[..., Any],
                            *args: Any, **kwargs: Any) -> AsyncIterator[Any]:

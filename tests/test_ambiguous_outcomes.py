@@ -13,8 +13,11 @@ import fsspec
 import pyarrow.fs as pafs
 import pytest
 from _helpers import FAST
+from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+from fsspec.implementations.memory import MemoryFileSystem
 
 from retryfs import RetryingFileSystem
+from retryfs.fsspec import AsyncRetryFileSystem
 from retryfs.testing import FaultyFileSystem, errors
 from retryfs.testing.s3 import S3Fault, S3FaultEndpoint
 
@@ -257,6 +260,110 @@ def test_fsspec_mkdir_over_a_file_is_not_reconciled(tmp_path):
     with pytest.raises(FileExistsError):
         fs.mkdir("d", create_parents=False)
     assert faulty.injected["create_dir"] == 1
+
+
+# -- fsspec mv: success only when this call's effect is proven, as on the pyarrow face ---------------
+
+@pytest.fixture
+def fsspec_local(tmp_path):
+    faulty = FaultyFileSystem(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    return faulty, fsspec.filesystem("retry", fs=faulty, policy=FAST, budget=False,
+                                     skip_instance_cache=True)
+
+
+@pytest.mark.parametrize("method", ["mv", "move", "rename"])
+def test_fsspec_mv_applied_then_lost_is_success(fsspec_local, method):
+    faulty, fs = fsspec_local
+    write(faulty, "new", b"new checkpoint")
+    write(faulty, "ckpt", b"old")
+    faulty.inject("move", NETWORK, applied=True)
+    getattr(fs, method)("new", "ckpt")
+    assert faulty.injected["move"] == 1
+    assert read(faulty, "ckpt") == b"new checkpoint"
+    assert faulty.get_file_info("new").type == pafs.FileType.NotFound
+    stats = fs.stats.snapshot()
+    consistent(stats)
+    mv = stats["by_operation"]["mv"]  # fsspec's move and rename are its mv
+    assert (mv["calls"], mv["attempts"], mv["giveups"]) == (1, 2, 0), mv
+
+
+def test_fsspec_mv_of_a_source_that_never_existed_fails_though_the_destination_exists(
+        fsspec_local):
+    faulty, fs = fsspec_local
+    write(faulty, "ckpt", b"old checkpoint")
+    faulty.inject("move", NETWORK)
+    with pytest.raises(FileNotFoundError):
+        fs.mv("new-ckpt", "ckpt")
+    assert faulty.injected["move"] == 1
+    assert read(faulty, "ckpt") == b"old checkpoint"
+    consistent(fs.stats.snapshot())
+
+
+def test_fsspec_mv_whose_source_vanished_and_destination_is_not_it_fails(fsspec_local):
+    faulty, fs = fsspec_local
+    write(faulty, "new", b"new checkpoint")
+    write(faulty, "ckpt", b"old")
+
+    def vanish(src: str, dest: str) -> None:  # someone else deletes it; our answer is lost
+        faulty.handler.inner.delete_file(src)
+        raise NETWORK()
+
+    faulty.handler.inner = _Patched(faulty.handler.inner, move=vanish)
+    try:
+        with pytest.raises(FileNotFoundError):
+            fs.mv("new", "ckpt")
+    finally:
+        faulty.handler.inner = faulty.handler.inner.wrapped
+    assert read(faulty, "ckpt") == b"old"
+    consistent(fs.stats.snapshot())
+
+
+# -- the async face: mkdir proves a directory is there, as the sync face does ------------------------
+
+class _FlakyMemory(MemoryFileSystem):
+    """fsspec's memory filesystem whose next ``mkdir`` calls fail before doing anything."""
+
+    protocol = "retryfs-flaky-memory"
+    failing_mkdirs = 0
+
+    def mkdir(self, path, create_parents=True, **kwargs):
+        if self.failing_mkdirs:
+            self.failing_mkdirs -= 1
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return super().mkdir(path, create_parents=create_parents, **kwargs)
+
+
+@pytest.fixture
+def async_memory():
+    memory = _FlakyMemory(skip_instance_cache=True)
+    memory.store, memory.pseudo_dirs = {}, [""]  # its own, not the class's shared store
+    fs = fsspec.filesystem("retry", fs=AsyncFileSystemWrapper(memory), policy=FAST,
+                           budget=False, skip_instance_cache=True)
+    assert isinstance(fs, AsyncRetryFileSystem)
+    return memory, fs
+
+
+def test_async_mkdir_over_a_file_is_not_reconciled(async_memory):
+    memory, fs = async_memory
+    memory.pipe_file("/d/ckpt", b"a file")
+    memory.failing_mkdirs = 1
+    with pytest.raises(FileExistsError):
+        fs.mkdir("/d/ckpt")
+    assert memory.failing_mkdirs == 0 and memory.isfile("/d/ckpt")
+    consistent(fs.stats.snapshot())
+
+
+def test_async_mkdir_that_finds_its_directory_on_a_retry_is_success(async_memory):
+    memory, fs = async_memory
+    memory.failing_mkdirs = 1
+    fs.mkdir("/d/new")
+    assert memory.isdir("/d/new")
+    memory.makedirs("/d/made")  # a retry that finds the directory: success (it is one)
+    memory.failing_mkdirs = 1
+    fs.mkdir("/d/made", create_parents=False)
+    stats = fs.stats.snapshot()
+    consistent(stats)
+    assert stats["by_operation"]["mkdir"]["retries"] == 2, stats
 
 
 # -- found by the simulation (tests/test_simulation.py): the fsspec face never reads an error as
