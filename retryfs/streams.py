@@ -21,7 +21,7 @@ from fsspec.spec import AbstractBufferedFile
 from .commits import report_commit, watching
 from .config import DEFAULT_SPOOL_MEMORY
 from .engine import Retrier
-from .errors import CommitNotVisibleError
+from .errors import CommitNotVisibleError, InnerFileClosedError
 from .timeouts import run_with_timeout
 
 __all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY",
@@ -413,11 +413,23 @@ class ResumableInputFile(io.RawIOBase):
             if self._inner_pos != self._pos:
                 self._position()
             return action(self._inner, *args)
+        except ValueError as exc:
+            # not ``self._inner.closed``: that would make pyarrow's GCS file open it once more
+            if str(exc) != _NATIVE_CLOSED:
+                self._drop_inner()
+                raise
+            self._drop_inner()
         except BaseException:
-            if self._inner is not None:
-                discard(self._inner)
-                self._inner = None
+            self._drop_inner()
             raise
+        # raised outside the handler, so that the permanent ValueError is not its context
+        raise InnerFileClosedError(f"{self.path!r}: the inner file closed itself "
+                                   f"({_NATIVE_CLOSED}): a lazily opened download failed")
+
+    def _drop_inner(self) -> None:
+        if self._inner is not None:
+            discard(self._inner)
+            self._inner = None
 
     def _position(self) -> None:
         inner = self._inner
@@ -434,6 +446,10 @@ class ResumableInputFile(io.RawIOBase):
         else:
             raise OSError(f"cannot go back to offset {self._pos} in {self.path!r}")
         self._inner_pos = self._pos
+
+
+#: What a pyarrow ``NativeFile`` raises once closed; retryfs never closes an inner file it keeps.
+_NATIVE_CLOSED = "I/O operation on closed file"
 
 
 def _read_from(inner: Any, size: int | None) -> Any:

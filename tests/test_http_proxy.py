@@ -213,3 +213,44 @@ def test_from_uri_reaches_the_emulators_with_retryfs_the_only_retry_layer(
         assert wrapper.stats.snapshot()["retries"] >= 2  # retryfs's, not the client's
     if store == "azure":
         assert ep.key not in caplog.text and ep.key not in repr(fs)
+
+
+# -- the proxy in a process of its own ---------------------------------------------------------
+
+def test_a_proxy_in_its_own_process_keeps_the_plan_and_the_record(gcs_process_fault_endpoint):
+    ep = gcs_process_fault_endpoint
+    ep.create_bucket("retryfs-process-record")
+    ep.put_object("retryfs-process-record", "obj", b"x" * 1000)
+    fault = ep.add_fault(HttpFault.unavailable(op="objects.download", times=1))
+    with pytest.raises(ValueError, match="unknown gcs operation"):
+        ep.add_fault(HttpFault.reset(op="objects.typo"))
+    conn = http.client.HTTPConnection(ep.proxy.host, ep.proxy.port, timeout=10)
+    answers = []
+    for _ in range(2):
+        conn.request("GET", "/storage/v1/b/retryfs-process-record/o/obj?alt=media")
+        response = conn.getresponse()
+        answers.append((response.status, response.read()))
+    conn.close()
+    assert answers[0][0] == 503
+    assert json.loads(answers[0][1])["error"]["errors"][0]["reason"] == "backendError"
+    assert answers[1] == (200, b"x" * 1000)
+    records = ep.requests("objects.download")
+    assert [r.status for r in records] == [503, 200]
+    assert records[0].fault is fault and records[1].fault is None  # the caller's own object
+    assert ep.fired(fault) == 1 and ep.counts()["objects.download"] == 2
+    assert ep.proxy.faults == (fault,)
+    ep.reset()
+    assert ep.requests() == [] and ep.proxy.faults == ()
+
+
+def test_a_proxy_process_ends_with_stop(gcs_process_fault_server):
+    from retryfs.testing.http_process import ProcessFaultProxy
+
+    proxy = ProcessFaultProxy(gcs_process_fault_server.upstream, GCS).start()
+    child = proxy._process
+    assert child is not None and child.poll() is None
+    assert "ProcessFaultProxy(gcs, http://127.0.0.1:" in repr(proxy)
+    proxy.stop()
+    assert child.poll() is not None  # exited, not left behind
+    with pytest.raises(RuntimeError, match="not started"):
+        proxy.add_fault(HttpFault.reset())

@@ -40,7 +40,9 @@ from urllib.parse import quote, urlencode
 import pyarrow.fs
 
 from ..native import with_native_attempts
+from ._wire import die_with_parent
 from .http import AZURE, GCS, Dialect, HttpFault, HttpFaultProxy, HttpRecord
+from .http_process import ProcessFaultProxy
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "AzureFaultEndpoint", "EmulatorError",
            "GcsFaultEndpoint"]
@@ -56,17 +58,6 @@ class EmulatorError(RuntimeError):
     """An emulator could not be started; the message says why and what to install."""
 
 
-def _die_with_parent() -> None:
-    """In the child: end with the test process, even one killed before it could stop us."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: stop() still ends it
-        pass
-
-
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -80,9 +71,14 @@ class _Emulator:
     name = "emulator"
     start_timeout = 60.0
 
-    def __init__(self, *, host: str = "127.0.0.1", max_stall: float = 30.0) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", max_stall: float = 30.0,
+                 proxy_process: bool = False) -> None:
         self.host = host
-        self.proxy = HttpFaultProxy(None, self.dialect, host=host, max_stall=max_stall)
+        #: ``proxy_process=True``: the proxy runs in a child process, for clients that hold the
+        #: GIL while they wait for an answer (see `retryfs.testing.http_process`)
+        self.proxy: HttpFaultProxy | ProcessFaultProxy = (
+            ProcessFaultProxy if proxy_process else HttpFaultProxy)(
+                None, self.dialect, host=host, max_stall=max_stall)
         self._process: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
         self.upstream_port: int | None = None
@@ -117,7 +113,7 @@ class _Emulator:
         try:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL,
-                                             preexec_fn=_die_with_parent)
+                                             preexec_fn=die_with_parent)
         except OSError as exc:
             raise EmulatorError(f"{self.name}: cannot run {command[0]!r}: {exc}") from exc
         finally:

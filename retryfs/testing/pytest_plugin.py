@@ -6,6 +6,8 @@ session-wide one keeps ports and threads quiet); each test gets it back with no 
 empty record and an empty store. The GCS and Azure emulators (fake-gcs-server, Azurite) start
 once per session on first use (a few seconds) and stop at its end; each test gets a fresh
 bucket or container on them (`gcs_fault_bucket`, `azure_fault_container`).
+`gcs_process_fault_endpoint` is GCS with the proxy in a child process (see
+`retryfs.testing.http_process`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from .emulators import AzureFaultEndpoint, GcsFaultEndpoint
 from .s3 import S3FaultEndpoint
 
 __all__ = ["azure_fault_container", "azure_fault_endpoint", "azure_fault_server",
-           "gcs_fault_bucket", "gcs_fault_endpoint", "gcs_fault_server", "s3_fault_bucket",
+           "gcs_fault_bucket", "gcs_fault_endpoint", "gcs_fault_server",
+           "gcs_process_fault_endpoint", "gcs_process_fault_server", "s3_fault_bucket",
            "s3_fault_endpoint", "s3_fault_server"]
 
 _names = itertools.count(1)
@@ -72,6 +75,23 @@ def gcs_fault_bucket(gcs_fault_endpoint: GcsFaultEndpoint) -> str:
     name = f"retryfs-test-{next(_names)}"
     gcs_fault_endpoint.create_bucket(name)
     return name
+
+
+@pytest.fixture(scope="session")
+def gcs_process_fault_server() -> Iterator[GcsFaultEndpoint]:
+    """fake-gcs-server behind a fault proxy in a process of its own (`ProcessFaultProxy`): for
+    clients that hold the GIL while they wait, such as pyarrow's GCS ``open_input_file``."""
+    with GcsFaultEndpoint(max_stall=MAX_STALL, proxy_process=True) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def gcs_process_fault_endpoint(
+        gcs_process_fault_server: GcsFaultEndpoint) -> Iterator[GcsFaultEndpoint]:
+    """`gcs_process_fault_server` with no faults and an empty record."""
+    gcs_process_fault_server.reset()
+    yield gcs_process_fault_server
+    gcs_process_fault_server.reset()
 
 
 @pytest.fixture(scope="session")
