@@ -19,7 +19,6 @@ from retryfs.testing import FaultyFileSystem
 from retryfs.timeouts import AttemptTimeoutError, resolve_timeouts, run_with_timeout
 
 DATA = bytes(range(256)) * 64  # 16 KiB
-STALL = 1.5  # seconds a black-holed S3 request hangs; the per-attempt timeout is 0.3 s
 
 
 @pytest.fixture
@@ -33,28 +32,32 @@ def store(tmp_path):
 def test_a_stall_on_the_s3_endpoint_becomes_a_retry(s3_fault_endpoint, s3_fault_bucket):
     """GetObject black-holed: the read times out after 0.3 s, reopens and resumes.
 
-    (The stall is kept short: while a pyarrow S3 request hangs, creating another pyarrow
-    S3FileSystem in the process waits, which would slow down the next test.)
+    The stall lasts until the test releases it, after the read has returned: the read cannot
+    have waited it out, whatever the machine's load. Counted, not timed: each attempt that
+    timed out (the stalled one, and any other the load made slower than 0.3 s) is one retry
+    and one GetObject more, and the last GetObject resumes at the offset already read.
     """
     from retryfs.testing.s3 import S3Fault
 
     s3_fault_endpoint.put_object(s3_fault_bucket, "model.pt", DATA)
-    s3_fault_endpoint.add_fault(S3Fault.stall(STALL, op="GetObject", nth=2, times=1))
+    stall = s3_fault_endpoint.add_fault(S3Fault.stall(60, op="GetObject", nth=2, times=1))
     fs = retryfs.RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(), FAST,
                                     timeout={"read": 0.3})
-    started = time.monotonic()
-    with fs.open_input_stream(f"{s3_fault_bucket}/model.pt") as f:
-        first = f.read(1000)  # GetObject #1
-        rest = f.read()  # GetObject #2 stalls: abandoned, reopened at offset 1000
-    elapsed = time.monotonic() - started
+    try:
+        with fs.open_input_stream(f"{s3_fault_bucket}/model.pt") as f:
+            first = f.read(1000)  # GetObject #1
+            rest = f.read()  # GetObject #2 stalls: abandoned, reopened at offset 1000
+    finally:
+        s3_fault_endpoint.release_stalls()  # (a creation of pyarrow's S3 client waits on it)
     assert first + rest == DATA
-    assert 0.3 <= elapsed < STALL, elapsed
+    assert s3_fault_endpoint.fired(stall) == 1
     snap = fs.stats.snapshot()
-    assert snap["timeouts"] == 1
-    assert snap["by_operation"]["read"]["retries"] == 1
-    assert snap["errors"] == {"AttemptTimeoutError": 1}
-    assert [r.headers.get("range") for r in s3_fault_endpoint.requests()
-            if r.op == "GetObject"][-1].startswith("bytes=1000-")
+    timeouts = snap["timeouts"]
+    assert timeouts >= 1 and snap["by_operation"]["read"]["retries"] == timeouts
+    assert snap["errors"] == {"AttemptTimeoutError": timeouts}
+    gets = [r for r in s3_fault_endpoint.requests() if r.op == "GetObject"]
+    assert len(gets) == 2 + timeouts, [r.headers.get("range") for r in gets]
+    assert gets[-1].headers.get("range").startswith("bytes=1000-")
 
 
 def test_a_stalled_metadata_call_on_the_s3_endpoint_is_retried(s3_fault_endpoint,
@@ -62,12 +65,16 @@ def test_a_stalled_metadata_call_on_the_s3_endpoint_is_retried(s3_fault_endpoint
     from retryfs.testing.s3 import S3Fault
 
     s3_fault_endpoint.put_object(s3_fault_bucket, "k", b"abc")
-    s3_fault_endpoint.add_fault(S3Fault.stall(STALL, op="HeadObject", times=1))
+    stall = s3_fault_endpoint.add_fault(S3Fault.stall(60, op="HeadObject", times=1))
     fs = retryfs.RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(), FAST, timeout=0.3)
-    started = time.monotonic()
-    assert fs.get_file_info(f"{s3_fault_bucket}/k").size == 3
-    assert time.monotonic() - started < STALL
-    assert fs.stats.snapshot()["by_operation"]["get_file_info"]["timeouts"] == 1
+    try:  # answered before the stall is released: it was not waited out
+        assert fs.get_file_info(f"{s3_fault_bucket}/k").size == 3
+    finally:
+        s3_fault_endpoint.release_stalls()
+    assert s3_fault_endpoint.fired(stall) == 1
+    timeouts = fs.stats.snapshot()["by_operation"]["get_file_info"]["timeouts"]
+    # one timeout per attempt slower than 0.3 s (the stalled one, and any the load slowed)
+    assert timeouts >= 1 and s3_fault_endpoint.counts()["HeadObject"] == 1 + timeouts
 
 
 def test_a_stalled_read_is_abandoned_and_resumed(store):
