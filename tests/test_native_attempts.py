@@ -24,6 +24,7 @@ def _head_requests(endpoint, fs, bucket):
     return len(endpoint.requests(op="HeadObject"))
 
 
+@pytest.mark.slow  # the AWS SDK's own backoff between its 3 attempts (up to 1 s each)
 def test_without_native_attempts_the_sdk_multiplies_every_attempt(s3_fault_endpoint,
                                                                   s3_fault_bucket):
     fs = RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(max_attempts=3), POLICY, budget=False)
@@ -41,6 +42,7 @@ def test_native_attempts_make_the_policy_exact(s3_fault_endpoint, s3_fault_bucke
     assert _head_requests(s3_fault_endpoint, fs, s3_fault_bucket) == 2
 
 
+@pytest.mark.slow  # the AWS SDK's own backoff between its 3 attempts (up to 1 s each)
 def test_a_pickled_wrapper_without_native_attempts_falls_back_to_the_sdk_default(
         s3_fault_endpoint, s3_fault_bucket):
     # pyarrow's S3FileSystem drops retry_strategy on pickle: 1 attempt becomes the default 3
