@@ -12,7 +12,8 @@ After each file, the post-commit check runs as its own retried metadata call (``
 failed check sends nothing again, a proven missing or short object copies the file again. A file
 that finally fails is reported to the guard's session like any failed commit: ``copy_files``
 raises its original error with the note naming every object that did not land (never a silent
-success), and ``fs.failed_commits()`` lists it.
+success), and ``fs.failed_commits()`` lists it. A serial copy stops at that file, as Arrow's
+does (a threaded one, as Arrow's, runs every file it submitted).
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
              for info in infos if info.type == pafs.FileType.File]
     if not use_threads or len(files) < 2:
         for source, destination, buffer_size, size in files:
-            _copy_file(handler, source_fs, source, destination, buffer_size, size)
+            # as Arrow's serial copy: the first file that fails ends it (the guard raises)
+            if _copy_file(handler, source_fs, source, destination, buffer_size, size):
+                return
         return
     with ThreadPoolExecutor(max_workers=max(1, pa.io_thread_count())) as pool:
         for future in [pool.submit(_copy_file, handler, source_fs, source, destination,
@@ -96,7 +99,9 @@ def _buffer_size(chunk_size: int, size: int | None) -> int:
 
 
 def _copy_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
-               destination: str, buffer_size: int, size: int | None) -> None:
+               destination: str, buffer_size: int, size: int | None) -> BaseException | None:
+    """One file, retried; its final error (reported to the guard, which raises it after the
+    call) or ``None``."""
     unverified: list[Exception] = []
     error: BaseException | None = None
     seconds = handler.write_attempt_timeout("copy_files", max(0, size or 0))
@@ -109,6 +114,7 @@ def _copy_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
         error = exc
     handler.failed_commits.record(destination, error)
     report_commit(watching(), destination, error)
+    return error
 
 
 def _attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,

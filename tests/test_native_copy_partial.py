@@ -154,3 +154,29 @@ def test_an_abandoned_timed_attempt_never_commits_later(monkeypatch, ending) -> 
     abandoned[0].exception(timeout=10)  # wait for it: its outcome is discarded
     with store.open_input_stream("dst/model.pt") as f:
         assert f.read() == b"checkpoint 2", "the abandoned attempt committed over a newer file"
+
+
+def test_a_serial_tree_copy_stops_at_the_first_file_that_fails_as_pyarrow_does() -> None:
+    """Found by the simulation: ``copy_files("a", "a/c")`` where ``a/c/x`` is a directory. Arrow's
+    serial copy stops at the first file that fails (``a/x`` onto that directory); retryfs's went
+    on and copied ``a/y`` before raising, leaving a tree neither as it was nor as pyarrow's."""
+    def tree() -> _MockFileSystem:
+        store = _MockFileSystem()
+        store.create_dir("a/c/x")
+        for path, data in {"a/x": b"x", "a/y": b"y", "a/c/z.bin": b"z" * 100}.items():
+            with store.open_output_stream(path) as out:
+                out.write(data)
+        return store
+
+    reference, store = tree(), tree()
+    fs = RetryingFileSystem(store, FAST, budget=False)
+    for target, source_fs in ((reference, reference), (fs, fs)):
+        with pytest.raises(OSError):
+            pafs.copy_files("a", "a/c", source_filesystem=source_fs,
+                            destination_filesystem=target, use_threads=False)
+    selector = pafs.FileSelector("", recursive=True)
+    listed = [sorted((i.path, i.type.name, i.size) for i in s.get_file_info(selector))
+              for s in (reference, store)]
+    assert listed[1] == listed[0]
+    assert store.get_file_info("a/c/y").type == pafs.FileType.NotFound
+    assert set(fs.failed_commits()) == {"a/c/x"}
