@@ -8,7 +8,7 @@ import fsspec
 import pyarrow.fs as pafs
 import pytest
 from _helpers import FAST
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import retryfs
@@ -208,7 +208,6 @@ def test_huge_numbers_in_a_url_are_value_errors_naming_the_parameter(query, name
         retryfs.from_uri(f"file://{tmp_path}?{query}")
 
 
-@settings(max_examples=200, deadline=None)
 @given(max_attempts=st.integers(1, 10**6), initial_delay=st.floats(0, 86_400),
        multiplier=st.floats(1, 100), extra=st.floats(0, 86_400),
        throttle_factor=st.floats(1, 100), retry=st.integers(1, 10**6),

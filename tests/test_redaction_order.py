@@ -114,7 +114,6 @@ def test_copy_failure_reasons_never_show_part_of_a_secret(tmp_path, shape, secre
     assert _leaks(secret, shown) == [], shown
 
 
-@settings(max_examples=200, deadline=None)
 @given(shape=st.sampled_from(SHAPES), secret=secrets_, offset=st.integers(0, 260),
        lines=st.integers(0, 2))
 def test_the_cli_error_line_never_shows_part_of_a_secret(shape, secret, offset, lines):
