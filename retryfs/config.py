@@ -84,7 +84,8 @@ class WrapperConfig:
       that the SDK re-sends a failed part alone).
     - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
       each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
-      its bytes in flight at ``min_throughput`` (both faces; the async face's files are not replayed, so untimed).
+      its bytes in flight at ``min_throughput`` (both faces; the async face's writers are not
+      replayed: a timed-out one is discarded and the timeout raised).
     - ``stats``: the `RetryStats` to count into. It is state, not configuration: it takes no
       part in equality and does not travel by pickle (a worker counts afresh).
 

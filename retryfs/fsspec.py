@@ -59,7 +59,13 @@ from .config import (
     merge,
 )
 from .engine import Retrier
-from .fsspec_files import AsyncRetryReadFile, InnerFile, RetryReadFile, RetryWriteFile
+from .fsspec_files import (
+    AsyncRetryReadFile,
+    AsyncTimedWriteFile,
+    InnerFile,
+    RetryReadFile,
+    RetryWriteFile,
+)
 from .fsspec_inner import call_label, inner_is_async, resolve_inner
 from .fsspec_reconcile import async_reconciler, sync_reconciler
 from .native import with_native_attempts
@@ -623,7 +629,8 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):
             await reader._first_open()
             return reader
         operation = "open_append_stream" if "a" in mode else "open_output_stream"
-        return await self._acall(operation, path, self.fs.open_async, path, mode, **kwargs)
+        writer = await self._acall(operation, path, self.fs.open_async, path, mode, **kwargs)
+        return AsyncTimedWriteFile(writer, path, self._write_attempt_timeout)
 
 
 def _make_async(name: str) -> Callable[..., Any]:

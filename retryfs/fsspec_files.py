@@ -15,8 +15,10 @@ from typing import Any, Protocol
 from .engine import Retrier
 from .redact import redact
 from .streams import AttemptTimeout, ReplayableOutputStream, ResumableInputFile, discard
+from .timeouts import AttemptTimeoutError, wait_for_attempt
 
-__all__ = ["AsyncRetryReadFile", "InnerFile", "RetryReadFile", "RetryWriteFile"]
+__all__ = ["AsyncRetryReadFile", "AsyncTimedWriteFile", "InnerFile", "RetryReadFile",
+           "RetryWriteFile"]
 
 
 class _Face(Protocol):
@@ -250,6 +252,78 @@ class AsyncRetryReadFile:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+class AsyncTimedWriteFile:
+    """The async writer of `AsyncRetryFileSystem.open_async`: every write, flush and close is
+    bounded as the sync faces' are (``write_timeout`` plus its bytes in flight at
+    ``min_throughput``).
+
+    An async file is not replayable (nothing keeps its bytes), so an attempt that times out is
+    not retried: it is cancelled (its request abandoned), the file is discarded where the
+    backend allows (``discard()``) and never committed afterwards (a later ``close`` does not
+    send what it holds), and the caller gets a retryable `AttemptTimeoutError` to redo the
+    whole write."""
+
+    def __init__(self, inner: Any, path: str, attempt_timeout: AttemptTimeout) -> None:
+        self._inner = inner
+        self.path = path
+        self._attempt_timeout = attempt_timeout
+        self._broken: AttemptTimeoutError | None = None
+
+    def __getattr__(self, name: str) -> Any:  # loc, tell, mode, blocksize... of the file
+        return getattr(self.__dict__["_inner"], name)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._broken is not None or self._inner.closed)
+
+    async def write(self, data: Any) -> Any:
+        return await self._bounded("write", lambda: self._inner.write(data), len(data))
+
+    async def flush(self, force: bool = False) -> Any:
+        return await self._bounded("flush", lambda: self._inner.flush(force=force), 0)
+
+    async def close(self) -> None:
+        if self._broken is not None:
+            return  # discarded: nothing is committed
+        await self._bounded("close", self._inner.close, 0)
+
+    async def _bounded(self, operation: str, start: Callable[[], Any], size: int) -> Any:
+        if self._broken is not None:
+            raise ValueError(f"{self.path!r}: the file was discarded after {self._broken}")
+        seconds = self._attempt_timeout(operation, size + _buffered(self._inner))
+        if seconds is None:
+            return await start()
+        try:
+            return await wait_for_attempt(start(), seconds, operation, self.path)
+        except AttemptTimeoutError as timeout:
+            self._broken = timeout
+            try:
+                if hasattr(self._inner, "discard"):
+                    self._inner.discard()
+                self._inner.closed = True  # so that its __del__ never commits it either
+            except Exception:  # noqa: BLE001 - best effort: it is never committed by us
+                pass
+            raise
+
+    async def __aenter__(self) -> AsyncTimedWriteFile:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return redact(f"<AsyncTimedWriteFile {self.path!r}>")
+
+
+def _buffered(file: Any) -> int:
+    """The bytes a buffered fsspec file holds (sent by its next flush or its close)."""
+    buffer = getattr(file, "buffer", None)
+    try:
+        return int(buffer.tell()) if buffer is not None else 0
+    except (ValueError, AttributeError, TypeError):
+        return 0
 
 
 async def _aclose_quietly(file: Any) -> None:

@@ -8,16 +8,22 @@ reset), so without the timeout each of these waits out the whole stall.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 import time
 
+import fsspec
 import pyarrow.fs as pafs
 import pytest
+from fsspec.asyn import AbstractAsyncStreamedFile
+from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+from fsspec.implementations.memory import MemoryFileSystem
 
 from retryfs import RetryingFileSystem, RetryPolicy
+from retryfs.fsspec import AsyncRetryFileSystem
 from retryfs.testing.s3 import S3Fault, S3FaultEndpoint
-from retryfs.timeouts import write_attempt_timeout
+from retryfs.timeouts import AttemptTimeoutError, write_attempt_timeout
 
 MiB = 1 << 20
 STALL = 10.0  # each stall holds its request this long (or until released), then resets it
@@ -169,3 +175,58 @@ def test_the_fsspec_face_times_out_a_stalled_upload(op: str, size: int,
     stats = fs.stats.snapshot()
     assert stats["timeouts"] >= 1 and stats["giveups"] == 0, stats
     assert elapsed < STALL, f"{elapsed:.1f}s: the stall was waited out"
+
+
+# -- the async face: open_async's writes are timed too ---------------------------------------------
+# No async filesystem installed here writes through open_async (s3fs's async file reads only), so
+# the backend is fsspec's memory filesystem behind AsyncFileSystemWrapper with an async streamed
+# file whose uploads can hang: a black-holed request, as the S3 endpoint's stalls are.
+
+class _HangingUploads(AbstractAsyncStreamedFile):
+    hangs = 0  # how many of the next uploads hang (for STALL seconds)
+
+    async def _initiate_upload(self) -> None:
+        pass
+
+    async def _upload_chunk(self, final: bool = False) -> bool:
+        if type(self).hangs:
+            type(self).hangs -= 1
+            await asyncio.sleep(STALL)
+        if not final:
+            return False  # keep buffering: the object is sent whole at close
+        self.fs.sync_fs.pipe_file(self.path, self.buffer.getvalue())
+        return True
+
+
+class _AsyncMemory(AsyncFileSystemWrapper):
+    async def open_async(self, path, mode="rb", **kwargs):
+        return _HangingUploads(self, path, mode, **kwargs)
+
+
+def test_the_async_face_times_out_a_hanging_upload_and_never_commits_it_later() -> None:
+    memory = MemoryFileSystem(skip_instance_cache=True)
+    memory.store, memory.pseudo_dirs = {}, [""]
+
+    async def main() -> tuple[float, list[bool]]:
+        fs = fsspec.filesystem("retry", fs=_AsyncMemory(memory, asynchronous=True),
+                               policy=POLICY, budget=False, skip_instance_cache=True,
+                               write_timeout=0.3, min_throughput=1 << 30)
+        assert isinstance(fs, AsyncRetryFileSystem)
+        _HangingUploads.hangs = 1
+        started = time.monotonic()
+        writer = await fs.open_async("/ckpt/model.pt", "wb")
+        await writer.write(b"weights")
+        with pytest.raises(AttemptTimeoutError):
+            await writer.close()
+        elapsed = time.monotonic() - started
+        await writer.close()  # discarded: a second close sends nothing either
+        seen = [memory.exists("/ckpt/model.pt")]
+        async with await fs.open_async("/ckpt/model.pt", "wb") as again:  # the caller's redo
+            await again.write(b"weights")
+        seen.append(memory.cat_file("/ckpt/model.pt") == b"weights")
+        return elapsed, seen
+
+    elapsed, seen = asyncio.run(main())
+    assert _HangingUploads.hangs == 0  # the hang happened
+    assert seen == [False, True]
+    assert elapsed < STALL, f"{elapsed:.1f}s: the hanging upload was waited out"
