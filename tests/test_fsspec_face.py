@@ -215,7 +215,8 @@ def test_structured_options_from_code(store):
 
 def test_target_protocol_and_options_like_simplecache():
     fs = fsspec.filesystem("retry", target_protocol="memory",
-                           target_options={"global_store": False}, policy=FAST,
+                           target_options={"global_store": False, "skip_instance_cache": True},
+                           policy=FAST,
                            skip_instance_cache=True)
     assert isinstance(fs.fs, MemoryFileSystem) and fs.fs.store == {}
     fs.pipe("/a", b"1")
