@@ -104,7 +104,7 @@ def copy_local(tree: Tree, rounds: int) -> list[str]:
 def run(quick: bool) -> list[str]:
     if quick:
         return [*per_call(1000, 21), *copy_local(QUICK_TREE, 3)]
-    return [*per_call(2000, 51), *copy_local(FULL_TREE, 5)]
+    return [*per_call(2000, 51), *copy_local(FULL_TREE, 9)]
 
 
 def main() -> None:

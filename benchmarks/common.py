@@ -1,7 +1,7 @@
 """What every benchmark shares: the contenders, interleaved rounds, medians with their spread.
 
 Figures are medians of rounds in which the contenders alternate (round 1: A B C D, round 2:
-A B C D, ...), so that the noise of a shared machine hits them alike. A ratio is computed per
+B C D A, ...), so that the noise of a shared machine hits them alike. A ratio is computed per
 round against the baseline of the same round, and its median and spread are printed (the
 interquartile range of the rounds, or their range when there are fewer than 4): the spread is
 what a reader should allow for. Per-call figures are CPU time of the calling thread
@@ -70,7 +70,9 @@ def ray_wrapper(fs: pafs.FileSystem) -> pafs.FileSystem | None:
 
 
 def four(fs: pafs.FileSystem, wrapped: pafs.FileSystem | None = None) -> dict[str, pafs.FileSystem]:
-    """``fs`` unwrapped, under the bare proxy, under Ray Data's wrapper and under retryfs.
+    """``fs`` unwrapped, under the bare proxy, under Ray Data's wrapper and under retryfs as
+    ``retryfs.from_uri`` builds it (``native_attempts=1``: one retry layer; on S3 the output
+    streams through the write client with 3 SDK attempts per request).
 
     ``wrapped`` is what the wrappers wrap (``fs`` unless given: e.g. an S3 client whose own
     retries are off for retryfs, on for the unwrapped baseline).
@@ -80,20 +82,25 @@ def four(fs: pafs.FileSystem, wrapped: pafs.FileSystem | None = None) -> dict[st
     ray = ray_wrapper(fs)
     if ray is not None:
         found[RAY] = ray
-    found[RETRYFS] = retryfs.RetryingFileSystem(inner)
+    found[RETRYFS] = retryfs.RetryingFileSystem(inner, native_attempts=1)
     return found
 
 
 def interleave(fns: dict[str, Callable[[], float]], rounds: int, warmup: bool = True
                ) -> dict[str, list[float]]:
-    """Run each contender once per round, in turn; a first untimed round warms caches up."""
+    """Run each contender once per round, in turn (the order rotated round by round); a
+    first untimed round warms caches up."""
     if warmup:
         for fn in fns.values():
             fn()
     results: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            results[name].append(fn())
+    names = list(fns)
+    for round_no in range(rounds):
+        # each round starts one contender further on, so that none always runs first (after
+        # the previous round's clean-up) or last
+        shift = round_no % len(names)
+        for name in names[shift:] + names[:shift]:
+            results[name].append(fns[name]())
     return results
 
 

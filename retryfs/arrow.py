@@ -356,8 +356,8 @@ class RetryingHandler(pafs.FileSystemHandler):
             except NotImplementedError:  # a filesystem that only streams: skip to the offset
                 return opened("open_input_stream")
 
-        stream = ResumableInputFile(path, opened(operation), resume, self.retrier,
-                                    seekable=seekable)
+        stream = ArrowSideInput(path, opened(operation), resume, self.retrier,
+                                seekable=seekable)
         return InputFile(stream, mode="r")
 
     def write_attempt_timeout(self, operation: str, in_flight: int) -> float | None:
@@ -376,6 +376,25 @@ class RetryingHandler(pafs.FileSystemHandler):
         return info.type == pafs.FileType.File and (info.size is None or info.size == size)
 
 
+class ArrowSideInput(ResumableInputFile):
+    """The resumable stream as Arrow's ``PythonFile`` reads it: ``read`` hands over the inner
+    file's Buffer as it is. Arrow copies whatever ``read`` returns into its own buffer (the
+    chunk of a ``copy_files``); ``bytes`` would be one more copy of every byte read."""
+
+    def read(self, size: int | None = -1) -> Any:
+        return self.read_buffer(size)
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        data = self.read_buffer(len(target))
+        target[: len(data)] = data if isinstance(data, bytes) else memoryview(data).cast("B")
+        return len(data)
+
+
+def _as_bytes(data: Any) -> bytes:
+    return data if isinstance(data, bytes) else data.to_pybytes()
+
+
 class InputFile(pa.PythonFile):
     """A retryfs input stream with its metadata.
 
@@ -384,7 +403,7 @@ class InputFile(pa.PythonFile):
     ``metadata()`` is the inner stream's (``Content-Type`` and the rest an object store sent).
     """
 
-    def __init__(self, source: ResumableInputFile, mode: str = "r") -> None:
+    def __init__(self, source: ArrowSideInput, mode: str = "r") -> None:
         self.source = source  # PythonFile's own __cinit__ has taken source and mode already
 
     def metadata(self) -> dict[str, bytes]:
@@ -394,12 +413,13 @@ class InputFile(pa.PythonFile):
     # sequential stream for its size. Read it to its end instead.
     def read(self, nbytes: int | None = None) -> bytes:
         if nbytes is None and not self.source.seekable():
-            return self.source.read(-1)
+            return _as_bytes(self.source.read_buffer(-1))
         return super().read(nbytes)
 
     def read_buffer(self, nbytes: int | None = None) -> pa.Buffer:
         if nbytes is None and not self.source.seekable():
-            return pa.py_buffer(self.source.read(-1))
+            data = self.source.read_buffer(-1)
+            return data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
         return super().read_buffer(nbytes)
 
 

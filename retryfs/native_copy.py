@@ -14,25 +14,34 @@ that finally fails is reported to the guard's session like any failed commit: ``
 raises its original error with the note naming every object that did not land (never a silent
 success), and ``fs.failed_commits()`` lists it. A serial copy stops at that file, as Arrow's
 does (a threaded one, as Arrow's, runs every file it submitted).
+
+Per-file cost: in a threaded tree copy each file's first attempt runs on its pool worker under a
+watchdog (`retryfs.watchdog`), not behind a thread hop to a timed worker (two thread switches
+per file, more than copying a small file costs on a loaded machine); a local file of several
+chunks is written (beside its destination) by Arrow's own one-file copy, one buffer read into
+again and again with the GIL released, as unwrapped ``copy_files`` does.
 """
 
 from __future__ import annotations
 
+import contextvars
 import posixpath
 import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, one file
 
 from .commits import FailedCommits, report_commit, watching
 from .engine import Retrier
 from .errors import CommitNotVisibleError
 from .streams import abandon_stream, discard
-from .timeouts import run_with_timeout
+from .timeouts import AttemptTimeoutError, in_background, run_with_timeout
+from .watchdog import watch
 
 __all__ = ["CopyTarget", "copy_file_tree", "copy_single_file"]
 
@@ -62,8 +71,7 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
                    selector: pafs.FileSelector, destination_base: str, chunk_size: int,
                    use_threads: bool) -> None:
     """What ``pyarrow.fs._copy_files_selector`` does (the source's directories created, then
-    every file copied, in parallel on ``pyarrow.io_thread_count()`` threads with
-    ``use_threads``)."""
+    every file copied, ``pyarrow.io_thread_count()`` at a time with ``use_threads``)."""
     infos = source_fs.get_file_info(selector)
     base = selector.base_dir.rstrip("/")
     destination_base = destination_base.rstrip("/")
@@ -83,11 +91,16 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
             if _copy_file(handler, source_fs, source, destination, buffer_size, size):
                 return
         return
-    with ThreadPoolExecutor(max_workers=max(1, pa.io_thread_count())) as pool:
-        for future in [pool.submit(_copy_file, handler, source_fs, source, destination,
-                                   buffer_size, size)
-                       for source, destination, buffer_size, size in files]:
-            future.result()
+    slots = threading.Semaphore(max(1, pa.io_thread_count()))
+    outcomes = []
+    for source, destination, buffer_size, size in files:
+        slots.acquire()  # given back when the file's copy ends, however it ends
+        copy = _WatchedCopy(handler, source_fs, source, destination, buffer_size, size,
+                            slots.release)
+        outcomes.append(copy.outcome)
+        in_background(copy.run)
+    for outcome in outcomes:
+        outcome.result()
 
 
 def _buffer_size(chunk_size: int, size: int | None) -> int:
@@ -107,7 +120,7 @@ def _copy_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
     seconds = handler.write_attempt_timeout("copy_files", max(0, size or 0))
     try:
         handler.retrier.call("copy_files", destination, _attempt, handler, source_fs, source,
-                             destination, buffer_size, seconds, unverified)
+                             destination, buffer_size, size, seconds, unverified)
         if unverified:  # committed, but the check gave up: nothing proven either way
             error = unverified[0]
     except Exception as exc:  # noqa: BLE001 - reported, then raised by the copy_files guard
@@ -117,8 +130,106 @@ def _copy_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
     return error
 
 
+class _WatchedCopy:
+    """One file of a threaded tree copy, on a pool worker: its first attempt runs on that
+    worker under a `watch` (no thread hop), the later ones as `_attempt` runs them. When the
+    first attempt outlives its timeout, the watchdog marks it abandoned (it stops at its next
+    read or write and never commits, as `_attempt`'s abandoned ones) and hands the file's
+    retries to a fresh worker, the attempt counted as timed out; the stalled worker's outcome is
+    ignored when it returns. ``outcome`` is set, and ``release`` called, once, when the file's
+    copy ends."""
+
+    def __init__(self, handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
+                 destination: str, buffer_size: int, size: int | None,
+                 release: Callable[[], None]) -> None:
+        self.handler, self.source_fs = handler, source_fs
+        self.source, self.destination = source, destination
+        self.buffer_size, self.size = buffer_size, size
+        self.outcome: Future[None] = Future()
+        self._release = release
+        self._ended = threading.Lock()
+        self._unverified: list[Exception] = []
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # noqa: BLE001 - handed to copy_files's thread
+            self._end(None, exc)
+
+    def _run(self) -> None:
+        handler = self.handler
+        seconds = handler.write_attempt_timeout("copy_files", max(0, self.size or 0))
+        if seconds is None:
+            _copy_file(handler, self.source_fs, self.source, self.destination,
+                       self.buffer_size, self.size)
+            self._end(None, recorded=True)
+            return
+        retrier = handler.retrier
+        started = retrier.clock()  # the deadline counts the first attempt too
+        context = contextvars.copy_context()  # the retries see this operation's deadline
+        abandoned = threading.Event()
+
+        def expired() -> None:  # on the watchdog's thread
+            abandoned.set()
+            timeout = AttemptTimeoutError("copy_files", self.destination, seconds)
+            in_background(lambda: self._retry(timeout, seconds, started), context)
+
+        watched = watch(seconds, expired)
+        error: Exception | None = None
+        copied = 0
+        try:
+            copied = _upload(handler, self.source_fs, self.source, self.destination,
+                             self.buffer_size, self.size, abandoned)
+        except Exception as exc:  # noqa: BLE001 - classified by the retrier
+            error = exc
+        if not watched.finish():
+            return  # timed out: the retries went on on another worker
+        if error is None and handler.verify_writes:
+            try:
+                _verify(retrier.call, handler._landed, self.destination, copied,
+                        self._unverified)
+            except Exception as exc:  # noqa: BLE001 - proven short or missing: copy it again
+                error = exc
+        if error is None:
+            retrier.first_try_succeeded("copy_files")
+            self._end(self._unverified[0] if self._unverified else None)
+            return
+        self._retry(error, seconds, started)
+
+    def _retry(self, error: Exception, seconds: float, started: float) -> None:
+        failure: BaseException | None = None
+        try:
+            self.handler.retrier.recover(
+                "copy_files", self.destination, _attempt,
+                (self.handler, self.source_fs, self.source, self.destination, self.buffer_size,
+                 self.size, seconds, self._unverified), {}, error, None, started)
+            if self._unverified:  # committed, but the check gave up: nothing proven
+                failure = self._unverified[0]
+        except Exception as exc:  # noqa: BLE001 - reported, then raised by the guard
+            failure = exc
+        except BaseException as exc:  # noqa: BLE001 - handed to copy_files's thread
+            self._end(None, exc)
+            return
+        self._end(failure)
+
+    def _end(self, error: BaseException | None, escaped: BaseException | None = None,
+             recorded: bool = False) -> None:
+        if not self._ended.acquire(blocking=False):
+            return  # ended already (a stalled first attempt that raised on its way out)
+        try:
+            if escaped is None and not recorded:
+                self.handler.failed_commits.record(self.destination, error)
+                report_commit(watching(), self.destination, error)
+        finally:
+            self._release()
+            if escaped is None:
+                self.outcome.set_result(None)
+            else:
+                self.outcome.set_exception(escaped)
+
+
 def _attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
-             destination: str, buffer_size: int, seconds: float | None,
+             destination: str, buffer_size: int, size: int | None, seconds: float | None,
              unverified: list[Exception]) -> None:
     """One whole-file attempt. With a per-attempt write timeout (``write_timeout`` plus the
     file's bytes at ``min_throughput``), the upload runs on a worker, and a stalled one is left
@@ -127,30 +238,43 @@ def _attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
     land a partial or stale object over the retry's. The verification runs after, outside
     that timeout: it is a metadata call with timeouts of its own."""
     abandoned = threading.Event()
-    beside = _writes_through(handler.writer)
 
     def upload() -> int:
-        target = _beside(destination) if beside else destination
-        with source_fs.open_input_stream(source) as reader:
-            metadata = reader.metadata() or None
-            writer = handler.writer.open_output_stream(target, metadata=metadata)
-            try:
-                size = _pump(reader, writer, buffer_size, abandoned)
-            except BaseException:
-                if beside:
-                    _remove_quietly(handler.writer, target)
-                raise
-        if beside:
-            _rename(handler.writer, target, destination, abandoned)
-        return size
+        return _upload(handler, source_fs, source, destination, buffer_size, size, abandoned)
 
     if seconds is None:
-        size = upload()
+        copied = upload()
     else:
-        size = run_with_timeout(upload, seconds, "copy_files", destination,
-                                on_abandon=lambda _future: abandoned.set())
+        copied = run_with_timeout(upload, seconds, "copy_files", destination,
+                                  on_abandon=lambda _future: abandoned.set())
     if handler.verify_writes:
-        _verify(handler.retrier.call, handler._landed, destination, size, unverified)
+        _verify(handler.retrier.call, handler._landed, destination, copied, unverified)
+
+
+def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destination: str,
+            buffer_size: int, size: int | None, abandoned: threading.Event) -> int:
+    """One file copied and committed; the bytes copied. A local destination is written beside
+    it and renamed into place; a local file of several chunks through Arrow's own one-file copy
+    (its bytes are the listed ``size``, which the verification then proves; a copy abandoned
+    meanwhile is removed before its rename), anything else through `_pump`."""
+    beside = _writes_through(handler.writer)
+    target = _beside(destination) if beside else destination
+    try:
+        if beside and size is not None and size > buffer_size:
+            _arrow_copy_file(source_fs, source, handler.writer, target, buffer_size, False)
+            copied = size
+        else:
+            with source_fs.open_input_stream(source) as reader:
+                metadata = reader.metadata() or None
+                writer = handler.writer.open_output_stream(target, metadata=metadata)
+                copied = _pump(reader, writer, buffer_size, abandoned)
+    except BaseException:
+        if beside:
+            _remove_quietly(handler.writer, target)
+        raise
+    if beside:
+        _rename(handler.writer, target, destination, abandoned)
+    return copied
 
 
 class _Abandoned(Exception):

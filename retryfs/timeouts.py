@@ -39,6 +39,7 @@ __all__ = [
     "write_attempt_timeout",
     "TIMED_GROUPS",
     "TimedInputStream",
+    "in_background",
     "resolve_timeouts",
     "run_with_timeout",
     "wait_for_attempt",
@@ -197,6 +198,14 @@ def run_with_timeout(fn: Callable[[], T], seconds: float, operation: str, path: 
             on_abandon(future)
         raise AttemptTimeoutError(operation, path, seconds)
     return future.result()
+
+
+def in_background(fn: Callable[[], T], context: contextvars.Context | None = None
+                  ) -> Future[T]:
+    """``fn()`` on the worker pool, in ``context`` (default: a copy of the caller's), not
+    waited for: its outcome is the future's."""
+    context = contextvars.copy_context() if context is None else context
+    return _workers.submit(lambda: context.run(fn))
 
 
 def timed(fn: Callable[..., T], seconds: float, operation: str,
