@@ -39,6 +39,18 @@ def test_bad_values_are_rejected_naming_the_field(field, value, error):
         RetryPolicy(**{field: value})
 
 
+@pytest.mark.parametrize(("field", "value", "allowed"), [
+    ("max_attempts", 0, "an int in [1, "),
+    ("max_attempts", 2.5, "an int in [1, "),
+    ("initial_delay", -1, "a number in [0, "),
+    ("deadline", 0, "a number in (0, "),  # more than 0: the low end is excluded
+])
+def test_a_rejected_value_names_the_allowed_range(field, value, allowed):
+    with pytest.raises((ValueError, TypeError)) as raised:
+        RetryPolicy(**{field: value})
+    assert str(raised.value).startswith(f"RetryPolicy.{field} must be {allowed}"), raised.value
+
+
 def test_max_delay_below_initial_delay_is_rejected():
     with pytest.raises(ValueError, match="max_delay"):
         RetryPolicy(initial_delay=5, max_delay=1)
@@ -47,6 +59,11 @@ def test_max_delay_below_initial_delay_is_rejected():
 def test_exponential_schedule_capped_without_jitter():
     p = RetryPolicy(initial_delay=0.5, multiplier=2, max_delay=3, jitter=False)
     assert [p.delay(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
+
+
+def test_the_schedule_grows_by_the_multiplier():
+    p = RetryPolicy(initial_delay=1, multiplier=3, max_delay=100, jitter=False)
+    assert [p.delay(n) for n in range(1, 7)] == [1.0, 3.0, 9.0, 27.0, 81.0, 100.0]
 
 
 def test_throttled_schedule_is_longer_but_capped():
