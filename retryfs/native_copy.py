@@ -267,7 +267,9 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
             with source_fs.open_input_stream(source) as reader:
                 metadata = reader.metadata() or None
                 writer = handler.writer.open_output_stream(target, metadata=metadata)
-                copied = _pump(reader, writer, buffer_size, abandoned)
+                # a temporary file beside is closed and removed; anything else never closed
+                copied = _pump(reader, writer, buffer_size, abandoned,
+                               drop=discard if beside else abandon_stream)
     except BaseException:
         if beside:
             _remove_quietly(handler.writer, target)
@@ -282,14 +284,15 @@ class _Abandoned(Exception):
 
 
 def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
-          abandoned: threading.Event) -> int:
+          abandoned: threading.Event, drop: Callable[[Any], None] = abandon_stream) -> int:
     """Bytes from ``reader`` into ``writer``, then the commit (its close).
 
     Only a whole copy is committed. When the *source* fails (or the attempt was abandoned),
     ``writer`` is healthy and its close would commit the prefix it holds as if it were the
     file (and a copy onto itself would then re-read that prefix as its source): it is dropped
-    unclosed instead (:func:`retryfs.streams.abandon_stream`; an S3 multipart upload stays
-    incomplete). When the *writer* failed, it is closed: a native stream whose write failed
+    unclosed instead (``drop``, :func:`retryfs.streams.abandon_stream`; an S3 multipart upload
+    stays incomplete; a temporary file beside its destination is closed, then removed). When
+    the *writer* failed, it is closed: a native stream whose write failed
     does not commit. Each read is a fresh Arrow buffer handed on without a copy: a native S3
     stream may keep it for a background part upload, so a buffer is never reused."""
     size = 0
@@ -301,7 +304,7 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
             if abandoned.is_set():
                 raise _Abandoned()
         except BaseException:
-            abandon_stream(writer)
+            drop(writer)
             raise
         if not buffer.size:
             break

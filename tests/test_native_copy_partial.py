@@ -118,6 +118,29 @@ def test_a_local_destination_is_replaced_whole_or_not_at_all(tmp_path) -> None:
     assert os.listdir(tmp_path / "dst") == ["model.pt"]
 
 
+def test_a_failed_small_local_copy_leaves_the_old_file_and_no_open_file(tmp_path) -> None:
+    """A file of one chunk is pumped into its temporary file beside the destination: when the
+    source fails, that file is closed and removed (not kept open for ever, as a stream that
+    would commit must be), and the old file stays."""
+    source_store = FaultyFileSystem(_MockFileSystem())
+    source_store.create_dir("src")
+    with source_store.open_output_stream("src/model.pt") as out:
+        out.write(b"n" * 1000)
+    source = RetryingFileSystem(source_store, FAST, budget=False)
+    (tmp_path / "dst").mkdir()
+    (tmp_path / "dst" / "model.pt").write_bytes(OLD)
+    local = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False)
+    fault = source_store.inject("read", errors.reset(), times=None)
+    open_before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(ConnectionResetError):
+        pafs.copy_files("src", str(tmp_path / "dst"), source_filesystem=source,
+                        destination_filesystem=local, use_threads=False)
+    assert fault.fired >= FAST.max_attempts
+    assert len(os.listdir("/proc/self/fd")) == open_before, "a temporary file was left open"
+    assert (tmp_path / "dst" / "model.pt").read_bytes() == OLD
+    assert os.listdir(tmp_path / "dst") == ["model.pt"]
+
+
 @pytest.mark.parametrize("ending", ["reset", "data"])
 def test_an_abandoned_timed_attempt_never_commits_later(monkeypatch, ending) -> None:
     """A whole-file attempt that timed out goes on in the background. When its stalled source
