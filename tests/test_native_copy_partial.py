@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import threading
 
 import pyarrow.fs as pafs
 import pytest
@@ -203,3 +204,53 @@ def test_a_serial_tree_copy_stops_at_the_first_file_that_fails_as_pyarrow_does()
     assert listed[1] == listed[0]
     assert store.get_file_info("a/c/y").type == pafs.FileType.NotFound
     assert set(fs.failed_commits()) == {"a/c/x"}
+
+
+@pytest.mark.parametrize("ending", ["reset", "data"])
+def test_a_threaded_copy_whose_first_attempt_stalls_goes_on_and_never_commits_it(
+        monkeypatch, ending) -> None:
+    """A threaded copy runs each file's first attempt on its worker under the watchdog: when
+    that attempt stalls, its retry goes on on another worker (counted as a timeout) and the
+    copy returns; the stalled attempt, when its read finally ends, commits nothing, neither
+    over the retry's copy nor over what was written since."""
+    ended = {"dst/model.pt": 0}
+    both_ended = threading.Event()
+    real = native_copy._upload
+
+    def noting_the_end(*args, **kwargs):
+        try:
+            return real(*args, **kwargs)
+        finally:
+            if args[3] == "dst/model.pt":  # the destination
+                ended["dst/model.pt"] += 1
+                if ended["dst/model.pt"] == 2:
+                    both_ended.set()
+
+    monkeypatch.setattr(native_copy, "_upload", noting_the_end)
+    source = FaultyFileSystem(_MockFileSystem())
+    source.create_dir("src")
+    files = {"model.pt": random.Random(6).randbytes(10_000), "meta.json": b"{}"}
+    for name, data in files.items():
+        with source.open_output_stream(f"src/{name}") as out:
+            out.write(data)
+    store = _MockFileSystem()
+    store.create_dir("dst")
+    fs = RetryingFileSystem(store, FAST, budget=False, write_timeout=0.2,
+                            min_throughput=1 << 30)
+    stall = source.inject("read", errors.reset() if ending == "reset" else None,
+                          path="src/model.pt", stall=10.0)
+    pafs.copy_files("src", "dst", source_filesystem=source, destination_filesystem=fs,
+                    use_threads=True)
+    assert stall.fired == 1
+    stats = fs.stats.snapshot()
+    assert stats["timeouts"] == 1 and stats["by_operation"]["copy_files"]["retries"] == 1
+    for name, data in files.items():
+        with store.open_input_stream(f"dst/{name}") as f:
+            assert f.read() == data, name
+    assert ended["dst/model.pt"] == 1  # the retry's; the stalled attempt still waits
+    with store.open_output_stream("dst/model.pt") as out:  # the user's next version
+        out.write(b"checkpoint 2")
+    source.release()  # the stalled attempt's read ends now
+    assert both_ended.wait(10), "the stalled attempt never ended"
+    with store.open_input_stream("dst/model.pt") as f:
+        assert f.read() == b"checkpoint 2", "the stalled attempt committed over a newer file"
