@@ -51,6 +51,25 @@ def test_a_rejected_value_names_the_allowed_range(field, value, allowed):
     assert str(raised.value).startswith(f"RetryPolicy.{field} must be {allowed}"), raised.value
 
 
+@pytest.mark.parametrize(("field", "high"), [("max_attempts", 1_000_000),
+                                             ("max_delay", 86_400), ("deadline", 31_536_000)])
+def test_the_upper_bound_of_a_range_is_allowed_and_one_past_it_is_not(field, high):
+    changes = {field: high, "initial_delay": 0} if field == "max_delay" else {field: high}
+    assert getattr(RetryPolicy(**changes), field) == high
+    with pytest.raises(ValueError, match=field):
+        RetryPolicy(**{**changes, field: high + 1})
+
+
+def test_a_value_of_the_wrong_type_is_named_with_its_type():
+    with pytest.raises(TypeError) as raised:
+        RetryPolicy(deadline="10")
+    assert str(raised.value).endswith(", got str '10'")
+
+
+def test_no_retries_is_one_attempt():
+    assert RetryPolicy.no_retries() == RetryPolicy(max_attempts=1)
+
+
 def test_max_delay_below_initial_delay_is_rejected():
     with pytest.raises(ValueError, match="max_delay"):
         RetryPolicy(initial_delay=5, max_delay=1)
@@ -77,13 +96,17 @@ def test_full_jitter_stays_within_the_schedule():
     draws = [p.delay(3, rng=rng) for _ in range(200)]
     assert all(0 <= d <= 4 for d in draws)
     assert len(set(draws)) > 150  # really random, not a constant
+    assert min(draws) < 0.1 and max(draws) > 3.9  # the whole of [0, delay], from 0
 
 
 def test_replace_validates_and_names_unknown_fields():
     p = RetryPolicy()
     assert p.replace(max_attempts=3).max_attempts == 3
-    with pytest.raises(ValueError, match="max_tries"):
+    with pytest.raises(ValueError) as raised:
         p.replace(max_tries=3)
+    assert str(raised.value) == (
+        "unknown RetryPolicy field(s) ['max_tries']; valid: max_attempts, initial_delay, "
+        "multiplier, max_delay, jitter, deadline, throttle_factor")
     with pytest.raises(ValueError, match="max_attempts"):
         p.replace(max_attempts=0)
 
@@ -95,7 +118,12 @@ def test_per_operation_overrides_by_group_and_method():
     assert resolved["write"].max_attempts == 20
     assert resolved["write"].initial_delay == base.initial_delay
     assert resolved["get_file_info"].max_attempts == 2
-    with pytest.raises(ValueError, match="writes"):
+    with pytest.raises(ValueError) as raised:
         resolve_overrides(base, {"writes": {"max_attempts": 2}})
-    with pytest.raises(TypeError, match="read"):
+    assert str(raised.value).startswith(
+        "per_operation key 'writes' is neither a group (metadata, read, write, delete, move) "
+        "nor an operation (close, copy_file, copy_files, create_dir, ")
+    with pytest.raises(TypeError) as raised:
         resolve_overrides(base, {"read": 3})
+    assert str(raised.value) == (
+        "per_operation['read'] must be a RetryPolicy or a mapping of its fields, got int")
