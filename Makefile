@@ -60,9 +60,11 @@ test-fast: $(VENV)/.test-fast-installed node_modules/.installed
 # Mutation testing (slow, not in CI): mutmut over engine, classify, policy, streams and the commit
 # guard ([tool.mutmut] in pyproject.toml). mutants/ must exist before Python starts: a PYTHONPATH
 # entry that is missing at start-up is cached as absent and the unmutated package is imported.
+# MUTANTS limits the run to mutant names (globs), e.g. MUTANTS="'retryfs.policy.*' 'retryfs.commits.*'".
+MUTANTS ?=
 mutation: $(VENV)/.test-installed
 	rm -rf mutants && mkdir mutants
-	PYTHONPATH=$(CURDIR)/mutants nice $(VENV)/bin/mutmut run --max-children 2
+	PYTHONPATH=$(CURDIR)/mutants nice $(VENV)/bin/mutmut run --max-children 2 $(MUTANTS)
 	$(VENV)/bin/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json && echo
 
 lint: $(VENV)/.test-fast-installed

@@ -86,6 +86,7 @@ def test_a_pyarrow_without_the_function_fails_the_install_naming_it(plain, monke
 def test_a_later_commit_of_the_path_clears_its_failure(record):
     first, other = OSError("CompleteMultipartUpload failed"), OSError("other")
     commits = record()
+    commits.record("b/fresh", None)  # a commit that landed the first time: nothing to clear
     commits.record("b/ckpt", first)
     commits.record("b/other", other)
     failed = commits.failed if record is CopySession else commits.snapshot()
