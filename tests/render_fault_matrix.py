@@ -162,8 +162,8 @@ def render_cloud(results: dict[str, Any]) -> str:
         "Each cell: " + " | ".join(f"**{titles.get(c, c)}**" for c in clients) + ". ✅ "
         "survived (bytes identical, every planned fault fired, within the cell's time bound); "
         "🛑 failed fast (after exactly one request of the faulted operation, no retry), or "
-        "answered as absent where the note says so; ❌ wrong outcome the test pins down (the "
-        "change was made, the caller gets an error: see its note); — does not apply.",
+        "answered as absent where the note says so; ❌ a wrong outcome the test pins down "
+        "(see its note); — does not apply.",
         "",
         *lines,
         "",
@@ -171,7 +171,8 @@ def render_cloud(results: dict[str, Any]) -> str:
         "",
         f"{len(listed)} cells: {counts.get('survived', 0)} survived, "
         f"{counts.get('failed_fast', 0) + counts.get('not_found', 0)} failed fast, "
-        + (f"{counts['lost']} wrong outcome, " if counts.get("lost") else "") +
+        + (f"{counts['lost']} wrong outcome{'s' * (counts['lost'] > 1)}, "
+           if counts.get("lost") else "") +
         f"{counts.get('n/a', 0)} do not apply. Policy: {results['policy']['max_attempts']} "
         f"attempts, backoff ≤ {results['policy']['max_delay'] * 1000:g} ms. {versions}.",
         CLOUD_END,

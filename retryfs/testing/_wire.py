@@ -71,9 +71,26 @@ class QuietHandler(WSGIRequestHandler):
             del self.headers["Expect"]
         super().run_wsgi()
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _Input(self.rfile)  # type: ignore[has-type]
+
+    def send_header(self, keyword: str, value: str) -> None:
+        # werkzeug ends every response with "Connection: close" and closes the connection. The
+        # Azure C++ SDK (pyarrow's AzureFileSystem) closes its side the moment it reads that
+        # header, before the body (Azure/azure-sdk-for-cpp#4137), then parses whatever its
+        # buffer holds as the error's XML ("75\r\n..." for "Content-Length: 175") and aborts
+        # the process ("Failed to parse xml"). Such servers keep the connection alive instead.
+        if (keyword.lower() == "connection" and value.lower() == "close"
+                and not getattr(self.server, "announce_close", True)):
+            return  # the request's own keep-alive stands (see `_Input`)
+        super().send_header(keyword, value)
+
     def make_environ(self) -> dict[str, Any]:
         environ = super().make_environ()
         environ[RAW_HEADERS] = list(self.headers.items())
+        environ[_HANDLER] = self
+        self.rfile.draining = False
         return environ
 
     def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
@@ -81,6 +98,36 @@ class QuietHandler(WSGIRequestHandler):
 
     def log(self, type: str, message: str, *args: Any) -> None:
         log.debug("%s " + message, self.address_string(), *args)
+
+
+_HANDLER = "retryfs.handler"
+
+
+class _Input:
+    """The handler's input, blind while werkzeug "drains" it after a kept-alive response (it
+    reads whatever follows, 10 ms long: the client's next request)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self.draining = False
+
+    def read(self, size: int = -1) -> bytes:
+        if self.draining:
+            return b""
+        return bytes(self._raw.read(size))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+def _answered(app: Any) -> Any:
+    """`app` whose response, once all sent, marks the request's input as drained."""
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Iterator[bytes]:
+        yield from app(environ, start_response)
+        handler = environ.get(_HANDLER)
+        if handler is not None and not handler.close_connection:
+            handler.rfile.draining = True
+    return wrapped
 
 
 class FaultServer(ThreadedWSGIServer):
@@ -98,7 +145,8 @@ class FaultServer(ThreadedWSGIServer):
         self._name = name
         self._thread: threading.Thread | None = None
         self.send_continue = True  # answer "Expect: 100-continue" with an interim 100
-        super().__init__(host, port, app, handler=handler)
+        self.announce_close = True  # send "Connection: close" with the response that ends one
+        super().__init__(host, port, _answered(app), handler=handler)
 
     def serve_in_thread(self) -> None:
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},

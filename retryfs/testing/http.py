@@ -91,6 +91,8 @@ class Dialect:
     codes: Mapping[int, tuple[str, str]] = {}
     #: Answer ``Expect: 100-continue`` with an interim 100 (curl waits for one, 1 s at most).
     send_continue = True
+    #: Say "Connection: close" on the response after which the proxy closes the connection.
+    announce_close = True
 
     def parse(self, method: str, url_path: str, query: Mapping[str, str],
               headers: Mapping[str, str]) -> tuple[str, str]:
@@ -182,6 +184,7 @@ class AzureDialect(Dialect):
 
     name = "azure"
     send_continue = False  # the Azure C++ SDK sends its body at once and reads no interim 100
+    announce_close = False  # the Azure C++ SDK drops the body of a "Connection: close" answer
     operations = frozenset("""ListContainers GetServiceProperties GetAccountInfo CreateContainer
         DeleteContainer GetContainerProperties ListBlobs PutBlob PutBlock PutBlockList
         GetBlockList CopyBlob GetBlob GetBlobProperties DeleteBlob SetBlobMetadata
@@ -414,6 +417,7 @@ class HttpFaultProxy:
         self._stopping.clear()
         self._server = FaultServer(*self._address, self._app, name=f"{self.dialect.name}-proxy")
         self._server.send_continue = self.dialect.send_continue
+        self._server.announce_close = self.dialect.announce_close
         self._server.serve_in_thread()
         return self
 
