@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 import fsspec.core
 import pyarrow.fs as pafs
@@ -117,6 +117,7 @@ def _register_uri_secrets(uri: str) -> None:
     parts = urlsplit(uri)
     if parts.password:
         register_secret(unquote_plus(parts.password))
+        register_secret(unquote(parts.password))  # userinfo keeps '+' (base64 account keys)
     if parts.username and parts.password:
         register_secret(unquote_plus(parts.username))
     for piece in parts.query.split("&"):
@@ -160,6 +161,28 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     return RetryingFileSystem(inner, config=wrapper), check_object_path(inner, path)
 
 
+_AZURE_SCHEMES = frozenset({"abfs", "abfss"})
+
+
+def _arrow_from_uri(uri: str) -> tuple[Any, str]:
+    """``pyarrow.fs.FileSystem.from_uri``, except that the account key of
+    ``abfs[s]://account:key@...`` is used: pyarrow 26 parses the URI and drops the key (the
+    filesystem then asks for a token instead). The key is percent-decoded (``%2F`` for ``/``,
+    ``+`` kept); everything else is pyarrow's own parsing of the URI without the key."""
+    parts = urlsplit(uri)
+    if _scheme_of(uri) not in _AZURE_SCHEMES or parts.password is None:
+        return pafs.FileSystem.from_uri(uri)
+    key = unquote(parts.password)
+    userinfo, _, host = parts.netloc.rpartition("@")
+    account = userinfo.split(":", 1)[0]
+    if not account or not key:
+        raise ValueError("abfs://account:key@...: both the account name and its key are "
+                         "needed (or leave the key out to use the environment's credentials)")
+    fs, path = pafs.FileSystem.from_uri(urlunsplit(parts._replace(netloc=f"{account}@{host}")))
+    rebuild, (options,) = fs.__reduce__()
+    return rebuild({**options, "account_key": key}), path
+
+
 def _open_backend(uri: str, backend: str, storage_options: Mapping[str, Any] | None
                   ) -> tuple[Any, str]:
     scheme = _scheme_of(uri)
@@ -178,7 +201,7 @@ def _open_backend(uri: str, backend: str, storage_options: Mapping[str, Any] | N
                                  "path (a local file name with '?' needs a file:// URI with %3F)")
             uri = os.path.abspath(os.path.expanduser(path))
         try:
-            return pafs.FileSystem.from_uri(uri)
+            return _arrow_from_uri(uri)
         except Exception as exc:
             shown = redact(str(exc))
             if shown == str(exc):

@@ -254,3 +254,59 @@ def test_a_proxy_process_ends_with_stop(gcs_process_fault_server):
     assert child.poll() is not None  # exited, not left behind
     with pytest.raises(RuntimeError, match="not started"):
         proxy.add_fault(HttpFault.reset())
+
+
+# -- from_uri: an abfs:// account key in the URL is used, and never shown ----------------------
+
+def _texts_out(fs, *more):
+    return [repr(fs), str(fs), repr(fs.unwrap()), *more]
+
+
+def test_from_uri_abfs_takes_the_account_key_of_the_url():
+    from urllib.parse import quote
+
+    from retryfs import from_uri
+    from retryfs.redact import registered_secrets, reset_secrets
+
+    saved = registered_secrets()
+    key = "c2VjcmV0+a2V5/Zm9yLXRlc3Rz=="  # '+' and '/' as base64 keys have them
+    try:
+        fs, path = from_uri(f"abfs://acct:{quote(key, safe='+')}@container/ckpt/run1"
+                            "?retry_max_attempts=3")
+        options = fs.unwrap().__reduce__()[1][0]
+        assert (options["account_name"], options["account_key"]) == ("acct", key)
+        assert path == "container/ckpt/run1" and fs.policy.max_attempts == 3
+        for text in _texts_out(fs, repr(pickle.loads(pickle.dumps(fs)))):
+            assert key not in text and quote(key, safe="") not in text, text
+        with pytest.raises(ValueError, match="account name and its key"):
+            from_uri("abfs://acct:@container/x")
+        with pytest.raises(Exception) as refused:  # pyarrow's own error quotes the URI
+            from_uri(f"abfs://acct:{quote(key, safe='+')}@container/x?bogus=1")
+        assert "bogus" in str(refused.value) and key not in str(refused.value)
+    finally:
+        reset_secrets(saved)
+
+
+@pytest.mark.timeout(60)
+def test_from_uri_abfs_with_a_key_reaches_azurite_and_keeps_it_secret(
+        azure_fault_endpoint, azure_fault_container, caplog):
+    from urllib.parse import quote
+
+    from retryfs import from_uri
+
+    ep, container = azure_fault_endpoint, azure_fault_container
+    fs, path = from_uri(f"abfs://{ep.account}:{quote(ep.key, safe='')}@{ep.endpoint}/"
+                        f"{container}/ckpt?enable_tls=false&retry_max_attempts=3"
+                        "&retry_initial_delay=0.001&retry_jitter=false&retry_budget=false")
+    with fs.open_output_stream(f"{path}/model.pt") as f:  # signed with the URL's key
+        f.write(b"weights" * 1000)
+    assert ep.get_object(container, "ckpt/model.pt") == b"weights" * 1000
+    clone = pickle.loads(pickle.dumps(fs))  # the key travels as configuration
+    fault = ep.add_fault(HttpFault.too_many_requests(op="GetBlob", times=1))  # not SDK-retried
+    assert clone.open_input_stream(f"{path}/model.pt").read() == b"weights" * 1000
+    assert ep.fired(fault) == 1 and clone.stats.snapshot()["retries"] == 1
+    with pytest.raises(FileNotFoundError) as missing:
+        fs.open_input_stream(f"{path}/absent")
+    assert "retryfs" in caplog.text  # the retry was logged, with its error text
+    for text in _texts_out(fs, repr(clone), caplog.text, str(missing.value)):
+        assert ep.key not in text and quote(ep.key, safe="") not in text

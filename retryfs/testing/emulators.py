@@ -390,8 +390,9 @@ class AzureFaultEndpoint(_Emulator):
         """An ``az://`` URI of ``container/blob`` (adlfs, through fsspec) for ``from_uri``.
         The credentials are adlfs's own convention, not the URI: set
         ``AZURE_STORAGE_CONNECTION_STRING`` to `connection_string()` (or pass it in
-        ``storage_options``). (pyarrow 26's ``abfs://account:key@host/...`` did not use the
-        key here: it fell back to a bearer token, refused over http.)"""
+        ``storage_options``). For pyarrow's client, ``from_uri`` takes
+        ``abfs://account:key@host:port/container/path?enable_tls=false`` (the key
+        percent-encoded): pyarrow 26 alone drops the key, retryfs uses it."""
         query = urlencode(params)
         return f"az://{path.lstrip('/')}" + (f"?{query}" if query else "")
 
