@@ -150,7 +150,20 @@ class _PerInstance:
         return value
 
 
-class RetryFileSystem(ChainedFileSystem):
+class _CachedPerInstance(type(AbstractFileSystem)):  # type: ignore[misc]
+    """fsspec's instance cache, except for a wrapper of a filesystem object: the cache keys the
+    arguments by their ``str``, and two different objects can print alike (two retryfs wrappers
+    of the same settings; an address reused after one was freed), so a cached wrapper would be
+    handed back around the wrong filesystem, with the wrong counters."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("fs", args[0] if args else None)
+        if inner is not None and not isinstance(inner, str):
+            kwargs["skip_instance_cache"] = True
+        return super().__call__(*args, **kwargs)
+
+
+class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
     """An fsspec filesystem that retries every call of another one (protocol ``retry``).
 
     Give the filesystem to wrap as ``fs`` (an fsspec filesystem; a pyarrow one is adapted, a

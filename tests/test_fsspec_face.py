@@ -514,6 +514,22 @@ def test_to_arrow_and_back_keep_the_configuration(tmp_path):
     assert plain.cat_file(path) == b"arrow"
 
 
+def test_a_wrapper_of_an_object_is_never_a_cached_one_that_prints_alike():
+    # fsspec's instance cache keys arguments by their str: two retryfs wrappers of the same
+    # (cached) fsspec filesystem print alike, so from_arrow handed back the first one's face,
+    # around the first wrapper and counting into its stats
+    inner = fsspec.filesystem("file")
+    first, second = (RetryingFileSystem(inner, policy=FAST) for _ in range(2))
+    assert repr(first) == repr(second)
+    faces = [RetryFileSystem.from_arrow(w) for w in (first, second)]
+    assert faces[0] is not faces[1]
+    assert faces[0].stats is first.stats and faces[1].stats is second.stats
+    # a wrapper built from a protocol and its options is still fsspec's cached instance
+    by_name = [fsspec.filesystem("retry", target_protocol="memory", policy=FAST)
+               for _ in range(2)]
+    assert by_name[0] is by_name[1]
+
+
 def test_repr_names_the_backend_and_policy(store):
     text = repr(wrap(store))
     assert "StoreFS" in text and "max_attempts=4" in text
