@@ -136,8 +136,11 @@ def test_every_attempt_stalling_gives_up_in_bounded_time(store):
     assert time.monotonic() - started < 2
     assert isinstance(raised.value, TimeoutError)
     assert "per-attempt timeout" in str(raised.value)
-    assert fs.stats.snapshot()["giveups"] == 1
-    assert faulty.calls["get_file_info"] == FAST.max_attempts
+    snap = fs.stats.snapshot()
+    assert snap["giveups"] == 1 and snap["attempts"] == FAST.max_attempts
+    # an attempt's thread may time out before it reaches the store on a loaded machine (seen
+    # under mutmut: 3 of 4 had), so the store counts at most one call per attempt
+    assert 1 <= faulty.calls["get_file_info"] <= FAST.max_attempts
 
 
 def test_no_timeout_by_default_and_no_thread_hop(store):
