@@ -136,12 +136,23 @@ def test_pyarrow_raises_its_real_error(ep: S3FaultEndpoint, pa: pafs.S3FileSyste
 def test_pyarrow_stalled_upload_is_not_bounded_by_its_request_timeout(
         ep: S3FaultEndpoint) -> None:
     """curl's low-speed timeout does not cover a request whose body was sent: pyarrow waits
-    for the stall to end (here with a reset), whatever its request_timeout."""
-    ep.add_fault(S3Fault.stall(2, op="UploadPart"))
-    started = time.monotonic()
-    with pytest.raises(OSError, match="curlCode: 56.*Connection reset by peer"):
-        pa_write(pa_timing_out(ep))
-    assert time.monotonic() - started >= 2
+    for the stall to end (here with a reset), whatever its request_timeout. One such wait proves
+    the timeout no bound; on a loaded machine curl's timer can fire while the request is still
+    being sent (curlCode 28), so the experiment is repeated, up to three times, until it shows."""
+    seen = []
+    for _ in range(3):
+        fault = ep.add_fault(S3Fault.stall(2, op="UploadPart"))
+        started = time.monotonic()
+        with pytest.raises(OSError) as raised:
+            pa_write(pa_timing_out(ep))
+        assert ep.fired(fault) == 1
+        seen.append((str(raised.value), time.monotonic() - started))
+        if re.search("curlCode: 56.*Connection reset by peer", seen[-1][0]):
+            break
+        assert "curlCode: 28" in seen[-1][0], seen  # the only other outcome: the send timed out
+    text, waited = seen[-1]
+    assert re.search("curlCode: 56.*Connection reset by peer", text), seen
+    assert waited >= 2
 
 
 # -- s3fs / botocore ---------------------------------------------------------------------------
