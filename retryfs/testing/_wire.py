@@ -22,6 +22,29 @@ from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 log = logging.getLogger(__name__)
 
 
+class Listening:
+    """What a client connects to, from a loopback server's ``host`` and ``port`` (the fault
+    endpoint and both fault proxies)."""
+
+    @property
+    def host(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def port(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port``, what pyarrow's ``endpoint_override`` takes."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``, what boto3's / s3fs's ``endpoint_url`` takes."""
+        return f"http://{self.endpoint}"
+
+
 @dataclass
 class Armed:
     """A fault in a plan and its counters (the plan's state, so a fault stays reusable).

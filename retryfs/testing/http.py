@@ -42,6 +42,7 @@ from ._wire import (
     Armed,
     Drop,
     FaultServer,
+    Listening,
     read_body,
     request_id,
     status_line,
@@ -383,7 +384,7 @@ class HttpFault:
         return cls("delay", seconds=seconds, **match)
 
 
-class HttpFaultProxy:
+class HttpFaultProxy(Listening):
     """A loopback reverse proxy to `upstream` (``http://host:port``) with a fault plan.
 
     `dialect` (`GCS`, `AZURE`, or a `Dialect` of your own) names operations and shapes error
@@ -444,16 +445,6 @@ class HttpFaultProxy:
     @property
     def host(self) -> str:
         return self._address[0]
-
-    @property
-    def endpoint(self) -> str:
-        """``host:port``."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        """``http://host:port``."""
-        return f"http://{self.endpoint}"
 
     def __repr__(self) -> str:
         state = f"{self.url} -> {self.upstream}" if self._server is not None else "stopped"

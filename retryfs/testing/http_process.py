@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
-from ._wire import die_with_parent
+from ._wire import Listening, die_with_parent
 from .http import GCS, Dialect, HttpFault, HttpFaultProxy, HttpRecord
 
 __all__ = ["ProcessFaultProxy"]
@@ -102,7 +102,7 @@ def _serve() -> None:
                 host.stop()
 
 
-class ProcessFaultProxy:
+class ProcessFaultProxy(Listening):
     """`HttpFaultProxy`'s interface (plan, record, lifecycle), served from a child process."""
 
     def __init__(self, upstream: str | None = None, dialect: Dialect = GCS, *,
@@ -193,14 +193,6 @@ class ProcessFaultProxy:
     @property
     def host(self) -> str:
         return self._host_name
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.endpoint}"
 
     def __repr__(self) -> str:
         state = f"{self.url} -> {self.upstream}" if self._port is not None else "stopped"

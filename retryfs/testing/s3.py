@@ -60,7 +60,7 @@ from moto.s3.models import FakeKey, FakeMultipart, s3_backends
 
 from ._wire import Armed as _Armed
 from ._wire import Drop as _Drop
-from ._wire import FaultServer
+from ._wire import FaultServer, Listening
 from ._wire import request_id as _request_id
 from ._wire import status_line as _status_line
 from ._wire import then_drop as _then_drop
@@ -138,7 +138,7 @@ def _new_account_id() -> str:
     return os.environ.get("MOTO_ACCOUNT_ID") or str(900_000_000_000 + next(_accounts))
 
 
-class S3FaultEndpoint:
+class S3FaultEndpoint(Listening):
     """moto's S3 on ``127.0.0.1:<free port>`` behind a deterministic fault plan.
 
     Start it with ``with S3FaultEndpoint() as ep:`` (or `start`/`stop`). Setup helpers
@@ -196,16 +196,6 @@ class S3FaultEndpoint:
     @property
     def host(self) -> str:
         return self._address[0]
-
-    @property
-    def endpoint(self) -> str:
-        """``host:port``, what pyarrow's ``endpoint_override`` takes."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        """``http://host:port``, what boto3's / s3fs's ``endpoint_url`` takes."""
-        return f"http://{self.endpoint}"
 
     def __repr__(self) -> str:
         state = self.url if self._server is not None else "stopped"
