@@ -24,7 +24,7 @@ from .config import OPTIONS, WrapperConfig, check_operation_names
 from .engine import Retrier
 from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
-from .native import with_native_attempts
+from .native import resends_by_itself, with_native_attempts
 from .native_copy import copy_file_tree, copy_single_file
 from .parts import retry_parts_in_place
 from .policy import OPERATION_GROUPS, RetryPolicy
@@ -131,6 +131,7 @@ class RetryingHandler(pafs.FileSystemHandler):
         self.original = fs
         self.inner = as_arrow_filesystem(fs)
         self.writer = _write_client(given, self.inner, config)
+        self._resends_by_itself = resends_by_itself(fs)
         self._background_writes = writes_in_background(self.writer)
         self.failed_commits = FailedCommits()
         self.timeouts = config.timeouts_for(OPERATION_GROUPS)
@@ -282,7 +283,26 @@ class RetryingHandler(pafs.FileSystemHandler):
                    accept_root_dir=True)
 
     def delete_file(self, path: str) -> None:
-        self._call("delete_file", path, self.inner.delete_file, path, reconcile=_is_missing)
+        if not self._resends_by_itself:  # the happy path: one try
+            self._call("delete_file", path, self.inner.delete_file, path, reconcile=_is_missing)
+            return
+        # The client re-sends a DELETE whose answer was lost by itself and raises the 404 of
+        # its re-send on retryfs's first attempt: only a look before tells that "not found"
+        # (this call's own delete) from a file that never existed.
+        before = self._info(path)
+
+        def deleted_here(exc: BaseException) -> bool:
+            return (_is_missing(exc) and before.type == pafs.FileType.File
+                    and self._info(path).type == pafs.FileType.NotFound)
+
+        def delete(path: str) -> None:
+            try:
+                self.inner.delete_file(path)
+            except Exception as exc:
+                if not deleted_here(exc):
+                    raise
+
+        self._call("delete_file", path, delete, path, reconcile=deleted_here)
 
     def move(self, src: str, dest: str) -> None:
         # What the source was before the first attempt: the only proof that a retry which

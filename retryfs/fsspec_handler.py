@@ -86,6 +86,18 @@ class FsspecHandler(pafs.FSSpecHandler):
         if info is None or info.get("type") != "file":
             raise FileNotFoundError(path)
 
+    def delete_file(self, path: str) -> None:
+        """pyarrow's, with the check an ``info`` call: ``exists`` answers False on any error.
+        A file seen a moment ago that ``rm`` reports missing and that is gone now was deleted:
+        aiohttp (gcsfs) re-sends a DELETE whose answer was lost by itself, and is answered 404."""
+        if self._info_or_none(path) is None:
+            raise FileNotFoundError(path)
+        try:
+            self.fs.rm(path)
+        except FileNotFoundError:
+            if self._info_or_none(path) is not None:
+                raise
+
     def open_input_stream(self, path: str) -> Any:
         self._check_file(path)
         return pa.PythonFile(self.fs.open(path, mode="rb"), mode="r")

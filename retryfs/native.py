@@ -16,6 +16,10 @@ shared): it builds a fresh one. Since pickling loses what is set here (pyarrow f
 | gcsfs ``GCSFileSystem`` | ``retry_request``, 6 attempts | the same decorator with ``retries=attempts`` |
 | adlfs ``AzureBlobFileSystem`` | azure-core/storage ``RetryPolicy``, 3 retries | ``retry_total = attempts - 1`` |
 | pyarrow ``AzureFileSystem`` | Azure C++ SDK, 3 retries | cannot be told from Python: its exhausted errors are classified |
+
+A client whose loop is left running (`resends_by_itself`) re-sends a request whose answer was
+lost: an applied DELETE comes back 404, and retryfs's first attempt sees a FileNotFoundError for
+a delete that succeeded (`RetryingHandler.delete_file` then looks before it deletes).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-__all__ = ["with_native_attempts"]
+__all__ = ["resends_by_itself", "with_native_attempts"]
 
 #: google-cloud-cpp's retry limit that leaves exactly one attempt: 0 s is spent before the first
 #: ("Retry policy exhausted before first request attempt"); 1 ms outlives only the first, whose
@@ -52,6 +56,20 @@ def with_native_attempts(fs: Any, attempts: int) -> Any:
     if module.startswith("adlfs"):
         return _adlfs(fs, attempts)
     return fs
+
+
+def resends_by_itself(fs: Any) -> bool:
+    """Whether ``fs`` (as retryfs calls it, `with_native_attempts` applied) re-sends a failed
+    request on its own, unseen by retryfs, with a "not found" as a possible answer: pyarrow's
+    Azure client always, pyarrow's GCS client unless its retries were cut to one attempt.
+    (S3 answers a repeated DELETE with success; gcsfs's and adlfs's re-sends are seen by
+    retryfs's fsspec adapter, which checks that the file exists before it deletes.)"""
+    if isinstance(fs, pafs.AzureFileSystem):
+        return True
+    if isinstance(fs, pafs.GcsFileSystem):
+        limit = fs.__reduce__()[1][0].get("retry_time_limit")
+        return limit is None or limit > GCS_ONE_ATTEMPT
+    return False
 
 
 def _s3(fs: pafs.S3FileSystem, attempts: int) -> pafs.S3FileSystem:

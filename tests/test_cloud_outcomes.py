@@ -1,0 +1,159 @@
+"""What the cloud clients' own habits leave for retryfs to set right, on the emulators.
+
+- A client that re-sends a request by itself (the Azure C++ SDK under pyarrow, aiohttp under
+  gcsfs) turns a DELETE that was applied and whose answer was lost into a 404 on retryfs's first
+  attempt: retryfs must tell that from a file that never existed, and only pays for it on the
+  clients that re-send.
+
+Every test counts the requests on the fault proxy.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow.fs as pafs
+import pytest
+from _helpers import FAST
+
+from retryfs import RetryingFileSystem
+from retryfs.testing.http import HttpFault
+
+
+def wrapped(inner):
+    return RetryingFileSystem(inner, FAST, budget=False, native_attempts=1)
+
+
+def ops(ep, *names):
+    return [(r.op, r.status) for r in ep.requests(names)]
+
+
+# -- delete_file: the client's own re-send of an applied DELETE ----------------------------------
+
+@pytest.mark.slow  # the Azure C++ SDK waits 0.8 s before its own re-send
+@pytest.mark.timeout(60)
+def test_pyarrow_azure_delete_applied_then_lost_is_success(azure_fault_endpoint,
+                                                           azure_fault_container):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    fs = wrapped(ep.pyarrow_fs())
+    ep.put_object(container, "ckpt", b"x" * 1000)
+    ep.put_object(container, "other", b"y")
+    fault = ep.add_fault(HttpFault.reset(applied=True, op="DeleteBlob", times=1))
+    fs.delete_file(f"{container}/ckpt")
+    assert ep.fired(fault) == 1
+    # the SDK's own re-send found nothing: this call's delete, not an error
+    assert ops(ep, "DeleteBlob") == [("DeleteBlob", None), ("DeleteBlob", 404)]
+    assert ep.keys(container) == ["other"]
+    stats = fs.stats.snapshot()
+    assert stats["retries"] == 0 and stats["giveups"] == 0, stats
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_pyarrow_azure_delete_of_a_blob_that_never_existed_still_raises(
+        azure_fault_endpoint, azure_fault_container):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    fs = wrapped(ep.pyarrow_fs())
+    # the same sequence on the wire as the applied one above: a reset, the SDK's re-send, 404
+    fault = ep.add_fault(HttpFault.reset(op="DeleteBlob", times=1))
+    with pytest.raises(FileNotFoundError, match="never"):
+        fs.delete_file(f"{container}/never")
+    assert ep.fired(fault) == 1
+    assert ops(ep, "DeleteBlob") == [("DeleteBlob", None), ("DeleteBlob", 404)]
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_pyarrow_azure_delete_refused_404_while_the_blob_is_there_raises(
+        azure_fault_endpoint, azure_fault_container):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    fs = wrapped(ep.pyarrow_fs())
+    ep.put_object(container, "ckpt", b"x")
+    fault = ep.add_fault(HttpFault.not_found(op="DeleteBlob"))
+    with pytest.raises(OSError, match="Not a regular file"):  # pyarrow's, from its own look
+        fs.delete_file(f"{container}/ckpt")
+    assert ep.fired(fault) == 1 and len(ep.requests("DeleteBlob")) == 1
+    assert ep.get_object(container, "ckpt") == b"x"  # seen before, seen after: not deleted
+
+
+@pytest.mark.slow  # google-cloud-cpp waits about a second before its own re-send
+@pytest.mark.timeout(60)
+def test_pyarrow_gcs_with_its_own_retries_delete_applied_then_lost_is_success(
+        gcs_fault_endpoint, gcs_fault_bucket):
+    ep, bucket = gcs_fault_endpoint, gcs_fault_bucket
+    fs = RetryingFileSystem(ep.pyarrow_fs(retry_time_limit=60.0), FAST, budget=False)
+    ep.put_object(bucket, "ckpt", b"x")
+    fault = ep.add_fault(HttpFault.reset(applied=True, op="objects.delete", times=1))
+    fs.delete_file(f"{bucket}/ckpt")
+    assert ep.fired(fault) == 1
+    assert ops(ep, "objects.delete") == [("objects.delete", None), ("objects.delete", 404)]
+    assert ep.keys(bucket) == []
+
+
+@pytest.mark.timeout(60)
+def test_pyarrow_gcs_delete_refused_404_while_the_object_is_there_raises(gcs_fault_endpoint,
+                                                                         gcs_fault_bucket):
+    ep, bucket = gcs_fault_endpoint, gcs_fault_bucket
+    fs = RetryingFileSystem(ep.pyarrow_fs(retry_time_limit=60.0), FAST, budget=False)
+    ep.put_object(bucket, "ckpt", b"x")
+    fault = ep.add_fault(HttpFault.not_found(op="objects.delete"))
+    with pytest.raises(FileNotFoundError):  # seen before, there after: it was not deleted
+        fs.delete_file(f"{bucket}/ckpt")
+    assert ep.fired(fault) == 1 and len(ep.requests("objects.delete")) == 1
+    assert ep.get_object(bucket, "ckpt") == b"x"
+
+
+@pytest.mark.timeout(60)
+def test_gcsfs_delete_applied_then_lost_once_is_success(gcs_fault_endpoint, gcs_fault_bucket):
+    ep, bucket = gcs_fault_endpoint, gcs_fault_bucket
+    fs = wrapped(ep.gcsfs())
+    ep.put_object(bucket, "ckpt", b"x" * 1000)
+    # one reset: aiohttp re-sends the DELETE by itself and is answered 404
+    fault = ep.add_fault(HttpFault.reset(applied=True, op="objects.delete", times=1))
+    fs.delete_file(f"{bucket}/ckpt")
+    assert ep.fired(fault) == 1
+    assert ops(ep, "objects.delete") == [("objects.delete", None), ("objects.delete", 404)]
+    assert ep.keys(bucket) == []
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_gcsfs_delete_of_an_object_that_never_existed_still_raises(gcs_fault_endpoint,
+                                                                   gcs_fault_bucket):
+    ep, bucket = gcs_fault_endpoint, gcs_fault_bucket
+    fs = wrapped(ep.gcsfs())
+    with pytest.raises(FileNotFoundError):
+        fs.delete_file(f"{bucket}/never")
+    assert ep.requests("objects.delete") == []  # the look before found nothing: no DELETE
+
+
+def _delete_requests(ep, bucket, fs):
+    ep.put_object(bucket, "obj", b"x")
+    ep.reset_record()
+    fs.delete_file(f"{bucket}/obj")
+    assert ep.keys(bucket) == []
+    return [r.op for r in ep.requests()]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["pyarrow_gcs", "gcsfs", "pyarrow_azure", "adlfs"])
+def test_what_a_delete_costs_on_the_happy_path(name, gcs_fault_endpoint, gcs_fault_bucket,
+                                               azure_fault_endpoint, azure_fault_container):
+    """The requests of one delete_file, wrapped and not: the same, except on pyarrow's Azure
+    client (whose SDK re-sends by itself), which pays one metadata request (a ListBlobs)."""
+    ep, bucket = ((gcs_fault_endpoint, gcs_fault_bucket) if "gcs" in name
+                  else (azure_fault_endpoint, azure_fault_container))
+    make = ep.pyarrow_fs if name.startswith("pyarrow") else getattr(ep, name)
+    inner = make()
+    if not isinstance(inner, pafs.FileSystem):  # an fsspec client as pyarrow users have it
+        inner = pafs.PyFileSystem(pafs.FSSpecHandler(inner))
+    _delete_requests(ep, bucket, inner)  # a first delete: the client's one-time probes
+    bare = _delete_requests(ep, bucket, inner)
+    fs = wrapped(make())
+    _delete_requests(ep, bucket, fs)
+    started = time.monotonic()
+    through = _delete_requests(ep, bucket, fs)
+    assert time.monotonic() - started < 5
+    extra = ["ListBlobs"] if name == "pyarrow_azure" else []
+    assert sorted(through) == sorted(bare + extra), (bare, through)
+    assert fs.stats.snapshot()["retries"] == 0
