@@ -51,11 +51,17 @@ bench-quick: $(VENV)/.bench-installed
 
 # For contributors: a lighter install (no Ray, torch, Lightning: their tests skip), every test
 # not marked e2e or slow, and a quarter of the hypothesis examples (the `fast` profile of
-# tests/conftest.py). `make test` runs everything with the full count.
+# tests/conftest.py), in TEST_FAST_WORKERS pytest-xdist workers, each with its own S3 endpoint
+# and emulators on free loopback ports. --dist loadfile: a test module runs whole in one worker,
+# in file order, as in `make test` (module fixtures, the matrices' results file). The leftovers
+# check runs once, in the controller, after every worker has finished. `make test` (CI) runs
+# everything, serially, with the full count.
+TEST_FAST_WORKERS ?= 2
 test-fast: $(VENV)/.test-fast-installed node_modules/.installed
 	$(PY) -m ruff check retryfs tests benchmarks examples
 	$(PY) -m mypy
-	RETRYFS_HYPOTHESIS_PROFILE=fast $(PY) -m pytest -ra -m "not e2e and not slow"
+	RETRYFS_HYPOTHESIS_PROFILE=fast $(PY) -m pytest -ra -m "not e2e and not slow" \
+		-n $(TEST_FAST_WORKERS) --dist loadfile
 
 # Mutation testing (slow, not in CI): mutmut over engine, classify, policy, streams and the commit
 # guard ([tool.mutmut] in pyproject.toml). mutants/ must exist before Python starts: a PYTHONPATH

@@ -34,8 +34,15 @@ pytest_plugins = ["pytester", "retryfs.testing.pytest_plugin"]
 _PYTEST_OWN = ("pytest-of-", "torchinductor-cache")
 
 
+def _xdist_worker(config) -> bool:
+    """A pytest-xdist worker (``make test-fast`` runs two): it shares the controller's directory,
+    which the controller checks once every worker has finished (a worker's own check would see
+    the other's files in flight as leftovers)."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config):
-    if hasattr(config, "_retryfs_tmp"):
+    if hasattr(config, "_retryfs_tmp") or _xdist_worker(config):
         return
     saved = (os.environ.get("TMPDIR"), tempfile.tempdir)
     own = tempfile.mkdtemp(prefix="rfs-")  # short: Ray's AF_UNIX socket paths sit below it

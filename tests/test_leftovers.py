@@ -74,3 +74,30 @@ def test_a_clean_run_passes(pytester):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert result.ret == 0 and "leftovers" not in result.stdout.str()
+
+
+@pytest.mark.slow  # two worker interpreters start (about 5-15 s): the check runs under make test
+def test_under_xdist_the_controller_checks_once_every_worker_has_finished(pytester):
+    """`make test-fast` runs two pytest-xdist workers in the controller's directory: what a test
+    in either leaves fails the run, named once, and the workers themselves leave nothing."""
+    pytest.importorskip("xdist")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_workers="""
+        import os, tempfile
+
+        def test_leaks_a_file():
+            fd, _ = tempfile.mkstemp(prefix="checkpoint_tmp_")
+            os.close(fd)
+
+        def test_cleans_up(tmp_path):
+            with tempfile.TemporaryDirectory(prefix="in-flight-"):
+                pass
+            (tmp_path / "f").write_text("ok")
+
+        def test_runs_in_a_worker():
+            assert os.environ["PYTEST_XDIST_WORKER"].startswith("gw")
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-n", "2")
+    result.assert_outcomes(passed=3)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*tests left 1 entry in the temporary directory*checkpoint_tmp_*"])
