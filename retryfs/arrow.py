@@ -26,6 +26,7 @@ from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
 from .native import resends_by_itself, with_native_attempts
 from .native_copy import copy_file_tree, copy_single_file
+from .native_download import download_file_tree, download_single_file
 from .parts import retry_parts_in_place
 from .policy import OPERATION_GROUPS, RetryPolicy
 from .redact import redact
@@ -360,6 +361,12 @@ class RetryingHandler(pafs.FileSystemHandler):
         return PoolSafeOutputStream(stream) if self._background_writes else stream
 
     def _open_input(self, operation: str, path: str, *, seekable: bool) -> pa.NativeFile:
+        return InputFile(self.resumable_input(operation, path, seekable=seekable), mode="r")
+
+    def resumable_input(self, operation: str, path: str, *, seekable: bool) -> ArrowSideInput:
+        """``path`` opened (``operation``, retried) as the resumable reader itself: what Arrow
+        gets inside a ``PythonFile``, and what a ``copy_files`` from this filesystem reads
+        from directly (`retryfs.native_download`)."""
         read_timeout = self.timeouts.get("read")
 
         def opened(name: str) -> Any:
@@ -376,9 +383,7 @@ class RetryingHandler(pafs.FileSystemHandler):
             except NotImplementedError:  # a filesystem that only streams: skip to the offset
                 return opened("open_input_stream")
 
-        stream = ArrowSideInput(path, opened(operation), resume, self.retrier,
-                                seekable=seekable)
-        return InputFile(stream, mode="r")
+        return ArrowSideInput(path, opened(operation), resume, self.retrier, seekable=seekable)
 
     def write_attempt_timeout(self, operation: str, in_flight: int) -> float | None:
         """The timeout of one write/flush/close (or whole-file copy) attempt: ``write_timeout``
@@ -536,22 +541,34 @@ def _rebuild_filesystem(fs: Any, config: WrapperConfig) -> RetryingFileSystem:
     return RetryingFileSystem(fs, config=config)
 
 
-def _direct_copy(copy: Any) -> Any:
+def _retrying_handler(fs: Any) -> RetryingHandler | None:
+    handler = fs.__dict__.get("_retry_handler") if isinstance(fs, RetryingFileSystem) else None
+    return handler if isinstance(handler, RetryingHandler) else None
+
+
+def _direct_copy(copy: Any, download: Any) -> Any:
     """``copy`` (of `native_copy`) when the destination is a `RetryingFileSystem` over a pyarrow
-    filesystem, else ``NotImplemented`` (pyarrow copies; the guard still watches the commits).
-    fsspec destinations keep the stream path: closing a broken fsspec file would commit it."""
+    filesystem; else ``download`` (of `native_download`) when the source is a
+    `RetryingFileSystem`; else ``NotImplemented`` (pyarrow copies; the guard still watches the
+    commits). fsspec destinations keep the stream path: closing a broken fsspec file would
+    commit it."""
 
     def direct(source_fs: Any, source: Any, destination_fs: Any, destination: str,
                chunk_size: int = 1024 * 1024, use_threads: bool = True) -> Any:
-        handler = destination_fs.__dict__.get("_retry_handler") if isinstance(
-            destination_fs, RetryingFileSystem) else None
-        if not isinstance(handler, RetryingHandler) or not isinstance(handler.original,
-                                                                     pafs.FileSystem):
-            return NotImplemented
-        return copy(handler, source_fs, source, destination, chunk_size, use_threads)
+        handler = _retrying_handler(destination_fs)
+        if handler is not None:
+            if not isinstance(handler.original, pafs.FileSystem):
+                return NotImplemented
+            return copy(handler, source_fs, source, destination, chunk_size, use_threads)
+        reader = _retrying_handler(source_fs)
+        if reader is not None and isinstance(destination_fs, pafs.FileSystem):
+            return download(reader, source, destination_fs, destination, chunk_size,
+                            use_threads)
+        return NotImplemented
 
     return direct
 
 
-install_copy_files_guard({"_copy_files": _direct_copy(copy_single_file),
-                          "_copy_files_selector": _direct_copy(copy_file_tree)})
+install_copy_files_guard({"_copy_files": _direct_copy(copy_single_file, download_single_file),
+                          "_copy_files_selector": _direct_copy(copy_file_tree,
+                                                               download_file_tree)})

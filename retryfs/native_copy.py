@@ -43,7 +43,8 @@ from .streams import abandon_stream, discard
 from .timeouts import AttemptTimeoutError, in_background, run_with_timeout
 from .watchdog import watch
 
-__all__ = ["CopyTarget", "copy_file_tree", "copy_single_file"]
+__all__ = ["CopyTarget", "copy_file_tree", "copy_single_file", "plan_tree", "pump_into",
+           "written_whole"]
 
 
 class CopyTarget(Protocol):
@@ -72,19 +73,10 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
                    use_threads: bool) -> None:
     """What ``pyarrow.fs._copy_files_selector`` does (the source's directories created, then
     every file copied, ``pyarrow.io_thread_count()`` at a time with ``use_threads``)."""
-    infos = source_fs.get_file_info(selector)
-    base = selector.base_dir.rstrip("/")
-    destination_base = destination_base.rstrip("/")
-
-    def target(path: str) -> str:
-        relative = path[len(base):].lstrip("/") if path.startswith(base) else path
-        return f"{destination_base}/{relative}" if relative else destination_base
-
-    for info in infos:  # as Arrow does: each source directory, not the base itself
-        if info.type == pafs.FileType.Directory:
-            handler.create_dir(target(info.path), True)
-    files = [(info.path, target(info.path), _buffer_size(chunk_size, info.size), info.size)
-             for info in infos if info.type == pafs.FileType.File]
+    directories, files = plan_tree(source_fs.get_file_info(selector), selector.base_dir,
+                                   destination_base, chunk_size)
+    for directory in directories:
+        handler.create_dir(directory, True)
     if not use_threads or len(files) < 2:
         for source, destination, buffer_size, size in files:
             # as Arrow's serial copy: the first file that fails ends it (the guard raises)
@@ -101,6 +93,23 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
         in_background(copy.run)
     for outcome in outcomes:
         outcome.result()
+
+
+def plan_tree(infos: list[pafs.FileInfo], base_dir: str, destination_base: str,
+              chunk_size: int) -> tuple[list[str], list[tuple[str, str, int, int | None]]]:
+    """What Arrow's tree copy makes of a listing: the destination of each source directory
+    (not the base itself), and ``(source, destination, read size, size)`` of each file."""
+    base = base_dir.rstrip("/")
+    destination_base = destination_base.rstrip("/")
+
+    def target(path: str) -> str:
+        relative = path[len(base):].lstrip("/") if path.startswith(base) else path
+        return f"{destination_base}/{relative}" if relative else destination_base
+
+    directories = [target(info.path) for info in infos if info.type == pafs.FileType.Directory]
+    files = [(info.path, target(info.path), _buffer_size(chunk_size, info.size), info.size)
+             for info in infos if info.type == pafs.FileType.File]
+    return directories, files
 
 
 def _buffer_size(chunk_size: int, size: int | None) -> int:
@@ -257,26 +266,42 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
     it and renamed into place; a local file of several chunks through Arrow's own one-file copy
     (its bytes are the listed ``size``, which the verification then proves; a copy abandoned
     meanwhile is removed before its rename), anything else through `_pump`."""
-    beside = _writes_through(handler.writer)
-    target = _beside(destination) if beside else destination
-    try:
+    def write(target: str, beside: bool) -> int:
         if beside and size is not None and size > buffer_size:
             _arrow_copy_file(source_fs, source, handler.writer, target, buffer_size, False)
-            copied = size
-        else:
-            with source_fs.open_input_stream(source) as reader:
-                metadata = reader.metadata() or None
-                writer = handler.writer.open_output_stream(target, metadata=metadata)
-                # a temporary file beside is closed and removed; anything else never closed
-                copied = _pump(reader, writer, buffer_size, abandoned,
-                               drop=discard if beside else abandon_stream)
+            return size
+        with source_fs.open_input_stream(source) as reader:
+            return pump_into(handler.writer, target, reader, buffer_size, abandoned, beside)
+
+    return written_whole(handler.writer, destination, write, abandoned)
+
+
+def written_whole(fs: pafs.FileSystem, destination: str,
+                  write: Callable[[str, bool], int], abandoned: threading.Event) -> int:
+    """``write(target, beside)`` (the bytes written), committed whole at ``destination`` or
+    not at all: on a filesystem that writes in place (`_writes_through`) the target is a
+    temporary file beside it, renamed into place after, removed on any failure."""
+    beside = _writes_through(fs)
+    target = _beside(destination) if beside else destination
+    try:
+        copied = write(target, beside)
     except BaseException:
         if beside:
-            _remove_quietly(handler.writer, target)
+            _remove_quietly(fs, target)
         raise
     if beside:
-        _rename(handler.writer, target, destination, abandoned)
+        _rename(fs, target, destination, abandoned)
     return copied
+
+
+def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
+              abandoned: threading.Event, beside: bool) -> int:
+    """``reader``'s bytes (and metadata) into a new output stream of ``fs`` at ``target``,
+    committed by `_pump`; a temporary file beside is closed on a source failure (and removed
+    by `written_whole`), any other stream never closed."""
+    writer = fs.open_output_stream(target, metadata=reader.metadata() or None)
+    return _pump(reader, writer, buffer_size, abandoned,
+                 drop=discard if beside else abandon_stream)
 
 
 class _Abandoned(Exception):

@@ -9,6 +9,7 @@ tests fail when the attempt closes the destination after a source failure.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import random
@@ -132,6 +133,7 @@ def test_a_failed_small_local_copy_leaves_the_old_file_and_no_open_file(tmp_path
     (tmp_path / "dst" / "model.pt").write_bytes(OLD)
     local = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False)
     fault = source_store.inject("read", errors.reset(), times=None)
+    gc.collect()  # an earlier test's filesystems (in a traceback's cycle) close their sockets
     open_before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(ConnectionResetError):
         pafs.copy_files("src", str(tmp_path / "dst"), source_filesystem=source,

@@ -1,0 +1,143 @@
+"""``copy_files`` from a retryfs source (a download): native streams, reads resumed at their
+offset, never a partial destination (`retryfs.native_download`).
+
+Counted on the S3 fault endpoint: requests and the bytes the server sent. Without the native
+download, Arrow's own copy read the source through ``PythonFile`` and, when the source failed
+for good, closed the destination stream, committing the prefix as the file (a partial local
+file, a partial S3 object over the old one) and dropping the source's metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pyarrow.fs as pafs
+import pytest
+from _helpers import FAST, sha256
+
+from retryfs import RetryingFileSystem
+from retryfs.testing import S3Fault
+
+MiB = 1 << 20
+CHUNK = MiB
+OBJECT = random.Random(21).randbytes(6 * MiB)
+OLD = b"checkpoint 1: the old, complete file"
+
+
+def _range_from(offset: int):
+    return lambda request: request.headers.get("range", "").startswith(f"bytes={offset}-")
+
+
+def _not_from_zero(request) -> bool:
+    return not request.headers.get("range", "").startswith("bytes=0-")
+
+
+def _gets(ep, key: str):
+    return ep.requests(op="GetObject", path=f"*/{key}")
+
+
+def _source(ep) -> RetryingFileSystem:
+    return RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False, native_attempts=1)
+
+
+def test_a_cut_mid_download_resends_at_most_the_chunk_being_read(s3_fault_endpoint,
+                                                                  s3_fault_bucket, tmp_path):
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "ckpt/model.pt", OBJECT)
+    at = 4 * MiB  # the GET of the 5th chunk delivers half of it, then the connection closes
+    cut = ep.add_fault(S3Fault.truncate(keep_bytes=CHUNK // 2, op="GetObject",
+                                        when=_range_from(at), times=1))
+    fs = _source(ep)
+    pafs.copy_files(f"{bucket}/ckpt/model.pt", str(tmp_path / "model.pt"), source_filesystem=fs,
+                    chunk_size=CHUNK)
+    assert ep.fired(cut) == 1
+    assert sha256((tmp_path / "model.pt").read_bytes()) == sha256(OBJECT)
+    gets = _gets(ep, "model.pt")
+    # one GET per chunk, the cut one asked again from its offset (a ranged read), not from 0
+    assert len(gets) == len(OBJECT) // CHUNK + 1
+    assert sum(_range_from(at)(r) for r in gets) == 2
+    assert sum(r.response_bytes for r in gets) <= len(OBJECT) + CHUNK
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 1
+    assert os.listdir(tmp_path) == ["model.pt"]  # no temporary file left beside
+
+
+def _tree(ep, bucket: str) -> dict[str, bytes]:
+    rng = random.Random(22)
+    files = {"a.json": b'{"epoch": 1}', "model.pt": OBJECT, "shards/0.bin": rng.randbytes(3000),
+             "shards/1.bin": rng.randbytes(70_000)}
+    for name, data in files.items():
+        ep.put_object(bucket, f"ckpt/{name}", data)
+    return files
+
+
+def _on_disk(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("use_threads", [True, False], ids=["threaded", "serial"])
+def test_a_source_that_fails_for_good_leaves_no_destination_file(s3_fault_endpoint,
+                                                                 s3_fault_bucket, tmp_path,
+                                                                 use_threads):
+    """After its first chunk, every GET of model.pt is reset (and every GET of shards/1.bin):
+    its read gives up after exactly the policy's attempts, copy_files raises the storage
+    error, and model.pt is not on disk (no prefix, no temporary file). Threaded, every other
+    file is copied (as Arrow's copy does) and the note names both failed files; serial, the
+    copy stops at model.pt (the listing's order: a.json before, shards after)."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    files = _tree(ep, bucket)
+    fs = _source(ep)
+    reset = ep.add_fault(S3Fault.reset(op="GetObject", path="*/model.pt", when=_not_from_zero))
+    ep.add_fault(S3Fault.reset(op="GetObject", path="*/shards/1.bin"))
+    down = tmp_path / "down"
+    with pytest.raises(OSError, match="GetObject") as info:
+        pafs.copy_files(f"{bucket}/ckpt", str(down), source_filesystem=fs, chunk_size=CHUNK,
+                        use_threads=use_threads)
+    notes = "\n".join(info.value.__notes__)
+    assert "'retryfs-test/ckpt/model.pt' gave up after 4 attempt" in notes
+    assert ep.fired(reset) == FAST.max_attempts
+    assert len(_gets(ep, "model.pt")) == 1 + FAST.max_attempts  # the good chunk, then 4 tries
+    reads = fs.stats.snapshot()["by_operation"]["read"]
+    failed = 2 if use_threads else 1
+    assert reads["giveups"] == failed and reads["retries"] == failed * (FAST.max_attempts - 1)
+    copied = _on_disk(down)
+    assert "model.pt" not in copied and "shards/1.bin" not in copied
+    expected = {name: data for name, data in files.items()
+                if name not in ("model.pt", "shards/1.bin")}
+    if use_threads:
+        assert "did not copy 2 files" in notes and "shards/1.bin" in notes
+    else:
+        expected = {"a.json": files["a.json"]}
+        assert not _gets(ep, "shards/1.bin")  # never started
+    assert {n: sha256(d) for n, d in copied.items()} == {n: sha256(d)
+                                                          for n, d in expected.items()}
+    assert not [name for name in os.listdir(down) if name.startswith(".")]
+
+
+def test_a_download_to_s3_keeps_the_old_object_and_the_metadata(s3_fault_endpoint,
+                                                                s3_fault_bucket):
+    """Onto an unwrapped S3 destination: a failed source commits nothing over the old object
+    (no PutObject, no completed upload), and a good copy keeps the source's Content-Type."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    native = ep.pyarrow_fs()
+    with native.open_output_stream(f"{bucket}/src/model.pt",
+                                   metadata={"Content-Type": "application/x-checkpoint"}) as out:
+        out.write(OBJECT)
+    ep.put_object(bucket, "dst/model.pt", OLD)
+    fs = _source(ep)
+    reset = ep.add_fault(S3Fault.reset(op="GetObject", path="*/src/model.pt",
+                                       when=_not_from_zero))
+    with pytest.raises(OSError, match="GetObject"):
+        pafs.copy_files(f"{bucket}/src", f"{bucket}/dst", source_filesystem=fs,
+                        destination_filesystem=native, chunk_size=CHUNK)
+    assert ep.fired(reset) == FAST.max_attempts
+    assert ep.get_object(bucket, "dst/model.pt") == OLD, "a partial copy landed"
+    assert not [r for r in ep.requests() if r.path == f"{bucket}/dst/model.pt"
+                and r.op in ("PutObject", "UploadPart", "CompleteMultipartUpload")]
+    ep.clear_faults()
+    pafs.copy_files(f"{bucket}/src", f"{bucket}/dst", source_filesystem=fs,
+                    destination_filesystem=native, chunk_size=CHUNK)
+    assert sha256(ep.get_object(bucket, "dst/model.pt")) == sha256(OBJECT)
+    with native.open_input_stream(f"{bucket}/dst/model.pt") as f:
+        assert f.metadata()["Content-Type"] == b"application/x-checkpoint"
