@@ -28,6 +28,7 @@ from .native import resends_by_itself, with_native_attempts
 from .native_copy import copy_file_tree, copy_single_file
 from .native_download import download_file_tree, download_single_file
 from .parts import retry_parts_in_place
+from .placeholders import EmptyAtOpen, creates_empty_at_open
 from .policy import OPERATION_GROUPS, RetryPolicy
 from .redact import redact
 from .stats import RetryStats
@@ -133,6 +134,7 @@ class RetryingHandler(pafs.FileSystemHandler):
         self.inner = as_arrow_filesystem(fs)
         self.writer = _write_client(given, self.inner, config)
         self._resends_by_itself = resends_by_itself(fs)
+        self._empty_at_open = creates_empty_at_open(self.writer)
         self._background_writes = writes_in_background(self.writer)
         self.failed_commits = FailedCommits()
         self.timeouts = config.timeouts_for(OPERATION_GROUPS)
@@ -330,8 +332,14 @@ class RetryingHandler(pafs.FileSystemHandler):
         return self._open_input("open_input_file", path, seekable=True)
 
     def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
+        # pyarrow's Azure client creates the blob empty at open: removed if the write fails
+        empty = EmptyAtOpen(self.writer, path, self.retrier) if self._empty_at_open else None
+
         def reopen() -> Any:
-            return self._call("open_output_stream", path, self._open_output, path, metadata)
+            stream = self._call("open_output_stream", path, self._open_output, path, metadata)
+            if empty is not None:
+                empty.opened()
+            return stream
 
         stream = ReplayableOutputStream(
             path, reopen(), reopen, self.retrier,
@@ -339,6 +347,7 @@ class RetryingHandler(pafs.FileSystemHandler):
             on_commit=self.failed_commits.record,
             spool_memory=self.spool_memory,
             attempt_timeout=self.write_attempt_timeout,
+            on_give_up=None if empty is None else empty.remove,
         )
         return pa.PythonFile(stream, mode="w")
 

@@ -120,6 +120,10 @@ class ReplayableOutputStream(io.RawIOBase):
     proven missing or short object is committed again. The spool keeps up to
     ``spool_memory`` bytes in memory and spills to a temporary file beyond that.
 
+    ``on_give_up`` runs once when a write, flush or close finally fails (after the broken
+    inner stream was dropped): the pyarrow face removes the empty object some clients create at
+    open (`retryfs.placeholders`).
+
     With ``attempt_timeout``, each attempt (reopen and replay included) runs on a worker
     thread and is abandoned when it takes longer: a stalled upload becomes a retry into a
     fresh stream, and the stalled one is dropped without a commit (:func:`abandon_stream`).
@@ -136,9 +140,11 @@ class ReplayableOutputStream(io.RawIOBase):
         on_commit: Callable[[str, BaseException | None], None] | None = None,
         spool_memory: int = DEFAULT_SPOOL_MEMORY,
         attempt_timeout: AttemptTimeout | None = None,
+        on_give_up: Callable[[], Any] | None = None,
     ) -> None:
         super().__init__()
         self.path = path
+        self._on_give_up = on_give_up  # once, when a write, flush or close gave up
         self._sink: _Sink | None = _Sink(inner)
         self._reopen = reopen
         self._retrier = retrier
@@ -282,6 +288,8 @@ class ReplayableOutputStream(io.RawIOBase):
             self._retrier.call(operation, self.path, attempt)
         except BaseException:
             self._failed = True
+            if self._on_give_up is not None:
+                self._on_give_up()
             raise
 
     def _replay(self, box: list[_Sink | None]) -> _Sink:

@@ -4,6 +4,9 @@
   gcsfs) turns a DELETE that was applied and whose answer was lost into a 404 on retryfs's first
   attempt: retryfs must tell that from a file that never existed, and only pays for it on the
   clients that re-send.
+- pyarrow's Azure client creates the blob empty when an output stream opens: a write refused
+  later must not leave it behind as if an empty file had been written, nor delete a blob that
+  somebody wrote since.
 
 Every test counts the requests on the fault proxy.
 """
@@ -155,5 +158,100 @@ def test_what_a_delete_costs_on_the_happy_path(name, gcs_fault_endpoint, gcs_fau
     through = _delete_requests(ep, bucket, fs)
     assert time.monotonic() - started < 5
     extra = ["ListBlobs"] if name == "pyarrow_azure" else []
+    assert sorted(through) == sorted(bare + extra), (bare, through)
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+# -- open_output_stream: the empty blob pyarrow's Azure client creates at open -------------------
+
+MiB = 1 << 20
+BLOCK_WRITE = ("PutBlob", "PutBlock", "PutBlockList")
+
+
+def write(fs, path, data):
+    with fs.open_output_stream(path) as out:
+        for start in range(0, len(data), MiB):
+            out.write(data[start:start + MiB])
+
+
+def test_pyarrow_azure_replaces_a_blob_with_an_empty_one_when_a_stream_opens(
+        azure_fault_endpoint, azure_fault_container):
+    """Why removing the empty blob is right: the old content is gone the moment pyarrow
+    opens the stream, before a byte is written."""
+    ep, container = azure_fault_endpoint, azure_fault_container
+    ep.put_object(container, "ckpt", b"old checkpoint")
+    out = ep.pyarrow_fs().open_output_stream(f"{container}/ckpt")
+    assert ep.get_object(container, "ckpt") == b""
+    out.close()
+    assert [op for op, _ in ops(ep, *BLOCK_WRITE)] == ["PutBlob", "PutBlockList"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("fault", "refused"), [(HttpFault.forbidden, 403),
+                                               (HttpFault.not_found, 404),
+                                               (HttpFault.conflict, 409)], ids=["403", "404", "409"])
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "over-an-old-blob"])
+def test_pyarrow_azure_write_refused_later_leaves_no_empty_blob(
+        fault, refused, existing, azure_fault_endpoint, azure_fault_container):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    if existing:
+        ep.put_object(container, "big", b"old")
+    fs = wrapped(ep.pyarrow_fs())
+    planted = ep.add_fault(fault(op=BLOCK_WRITE, nth=2))  # the first block, after the open
+    with pytest.raises(OSError):
+        write(fs, f"{container}/big", b"x" * 6 * MiB)
+    assert ep.fired(planted) == 1
+    assert "big" not in ep.keys(container)
+    assert ops(ep, *BLOCK_WRITE, "GetBlobProperties", "DeleteBlob") == [
+        ("PutBlob", 201), ("GetBlobProperties", 200),  # the open, and its empty blob noted
+        ("PutBlock", refused),  # sent once
+        ("GetBlobProperties", 200), ("DeleteBlob", 202)]  # still that blob: removed
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("theirs", [b"their checkpoint", b""], ids=["bytes", "empty"])
+def test_pyarrow_azure_write_refused_later_keeps_a_blob_written_since(
+        theirs, azure_fault_endpoint, azure_fault_container):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    fs = wrapped(ep.pyarrow_fs())
+    planted = ep.add_fault(HttpFault.forbidden(op="PutBlock"))
+    out = fs.open_output_stream(f"{container}/big")
+    ep.put_object(container, "big", theirs)  # another writer, after this stream opened
+    with pytest.raises(OSError):
+        with out:
+            out.write(b"x" * 6 * MiB)
+    assert ep.fired(planted) == 1
+    assert ep.get_object(container, "big") == theirs  # another ETag: not this stream's blob
+    assert ep.requests("DeleteBlob") == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["pyarrow_gcs", "gcsfs", "pyarrow_azure", "adlfs"])
+def test_what_a_write_costs_on_the_happy_path(name, gcs_fault_endpoint, gcs_fault_bucket,
+                                              azure_fault_endpoint, azure_fault_container):
+    """The requests of one 6 MiB stream write, wrapped (without its read-after-write check)
+    and not: the same, except on pyarrow's Azure client, which pays one GetBlobProperties
+    after the open (the ETag of the empty blob it created)."""
+    ep, bucket = ((gcs_fault_endpoint, gcs_fault_bucket) if "gcs" in name
+                  else (azure_fault_endpoint, azure_fault_container))
+    make = ep.pyarrow_fs if name.startswith("pyarrow") else getattr(ep, name)
+    inner = make()
+    if not isinstance(inner, pafs.FileSystem):
+        inner = pafs.PyFileSystem(pafs.FSSpecHandler(inner))
+    data = b"x" * 6 * MiB
+
+    def requests(fs):
+        ep.reset_record()
+        write(fs, f"{bucket}/big", data)
+        assert len(ep.get_object(bucket, "big")) == len(data)
+        return [r.op for r in ep.requests()]
+
+    requests(inner)  # a first write: the client's one-time probes
+    bare = requests(inner)
+    fs = RetryingFileSystem(make(), FAST, budget=False, native_attempts=1, verify_writes=False)
+    requests(fs)
+    through = requests(fs)
+    extra = ["GetBlobProperties"] if name == "pyarrow_azure" else []
     assert sorted(through) == sorted(bare + extra), (bare, through)
     assert fs.stats.snapshot()["retries"] == 0
