@@ -535,7 +535,10 @@ def test_copy_files_of_a_checkpoint_tree_under_a_ten_percent_fault_rate(
         client_name: str, endpoint_for: Callable[[Client], tuple[Any, str]],
         tmp_path: Path) -> None:
     client = CLIENT[client_name]
-    ep, bucket = endpoint_for(client)
+    # pyarrow GCS's input file opens its download lazily, holding the GIL while it waits (the
+    # restore's native download asks each one for its metadata): an in-process proxy could not
+    # answer, and the process hung; its proxy runs in a process of its own, as in the matrix
+    ep, bucket = endpoint_for(client, apart=client_name == "pyarrow_gcs")
     tree = {f"ckpt/{name}": _rng.randbytes(size) for name, size in [
         ("model.pt", 3 * MiB), ("optimizer.pt", 2 * MiB), ("meta.json", 300),
         *((f"shards/{i}", 100 * 1024 + i) for i in range(7))]}
