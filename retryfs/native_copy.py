@@ -56,6 +56,7 @@ class CopyTarget(Protocol):
 
     @property
     def verify_writes(self) -> bool: ...
+    def writer_for(self, size: int | None) -> pafs.FileSystem: ...
     def create_dir(self, path: str, recursive: bool) -> None: ...
     def _landed(self, path: str, size: int) -> bool: ...
     def write_attempt_timeout(self, operation: str, in_flight: int) -> float | None: ...
@@ -266,14 +267,16 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
     it and renamed into place; a local file of several chunks through Arrow's own one-file copy
     (its bytes are the listed ``size``, which the verification then proves; a copy abandoned
     meanwhile is removed before its rename), anything else through `_pump`."""
+    writer = handler.writer_for(size)
+
     def write(target: str, beside: bool) -> int:
         if beside and size is not None and size > buffer_size:
-            _arrow_copy_file(source_fs, source, handler.writer, target, buffer_size, False)
+            _arrow_copy_file(source_fs, source, writer, target, buffer_size, False)
             return size
         with source_fs.open_input_stream(source) as reader:
-            return pump_into(handler.writer, target, reader, buffer_size, abandoned, beside)
+            return pump_into(writer, target, reader, buffer_size, abandoned, beside)
 
-    return written_whole(handler.writer, destination, write, abandoned)
+    return written_whole(writer, destination, write, abandoned)
 
 
 def written_whole(fs: pafs.FileSystem, destination: str,
