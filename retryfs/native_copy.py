@@ -301,8 +301,11 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
               abandoned: threading.Event, beside: bool) -> int:
     """``reader``'s bytes (and metadata) into a new output stream of ``fs`` at ``target``,
     committed by `_pump`; a temporary file beside is closed on a source failure (and removed
-    by `written_whole`), any other stream never closed."""
-    writer = fs.open_output_stream(target, metadata=reader.metadata() or None)
+    by `written_whole`), any other stream never closed. A local file beside has no metadata:
+    it is not asked for (a lazily opened pyarrow GCS file opens its download in
+    ``metadata()`` holding the GIL)."""
+    metadata = None if beside else (reader.metadata() or None)
+    writer = fs.open_output_stream(target, metadata=metadata)
     return _pump(reader, writer, buffer_size, abandoned,
                  drop=discard if beside else abandon_stream)
 
