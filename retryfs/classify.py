@@ -200,20 +200,21 @@ def _status_verdict(status: int) -> Verdict | None:
 
 def http_status_of(exc: BaseException) -> int | None:
     """The HTTP status an exception carries, whichever library raised it."""
-    for attr in ("status_code", "status", "code", "http_status"):
+    # azure-core's status_code, aiohttp's status, gcsfs's and google-api-core's code (bools are
+    # ints, but never in range)
+    for attr in ("status_code", "status", "code"):
         value = getattr(exc, attr, None)
-        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+        if isinstance(value, int) and 100 <= value <= 599:
             return value
     response = getattr(exc, "response", None)
     if isinstance(response, Mapping):  # botocore ClientError
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if isinstance(status, int):
             return status
-    elif response is not None:  # requests / azure response objects
-        for attr in ("status_code", "status"):
-            value = getattr(response, attr, None)
-            if isinstance(value, int) and 100 <= value <= 599:
-                return value
+    elif response is not None:  # requests' HTTPError, google-resumable-media: a requests.Response
+        value = getattr(response, "status_code", None)
+        if isinstance(value, int) and 100 <= value <= 599:
+            return value
     return None
 
 
@@ -268,11 +269,10 @@ def status_rule(exc: BaseException) -> Verdict | None:
 
 
 def provider_code_rule(exc: BaseException) -> Verdict | None:
-    code = provider_code_of(exc)
-    return None if code is None else _code_verdict(code)
+    return _code_verdict(provider_code_of(exc))
 
 
-def _code_verdict(code: str) -> Verdict | None:
+def _code_verdict(code: str | None) -> Verdict | None:
     if code in PERMANENT_CODES:
         return Verdict.PERMANENT
     if code in THROTTLE_CODES:
@@ -300,8 +300,6 @@ def cloud_sdk_rule(exc: BaseException) -> Verdict | None:
 
 def message_rule(exc: BaseException) -> Verdict | None:
     text = str(exc)
-    if not text:
-        return None
     if any(marker in text for marker in PERMANENT_TEXT):
         return Verdict.PERMANENT
     if any(marker in text for marker in THROTTLE_TEXT):
