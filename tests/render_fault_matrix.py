@@ -16,6 +16,8 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,21 +52,25 @@ def run_matrix(test: str = "tests/test_s3_matrix.py", results: Path = RESULTS,
         sys.exit(f"the fault matrix failed (pytest exit {done.returncode}); README unchanged")
 
 
-def render(results: dict[str, Any]) -> str:
-    clients, kinds, groups = results["clients"], results["kinds"], results["groups"]
+def _listed(results: dict[str, Any], matrix: str) -> list[dict[str, Any]]:
+    """Every cell of the matrix (kind, group, client order); exits naming those missing or
+    failed."""
+    keys = [f"{client}|{group['name']}|{kind['name']}" for kind in results["kinds"]
+            for group in results["groups"] for client in results["clients"]]
     cells: dict[str, dict[str, Any]] = results["cells"]
-    problems = []
-    for kind in kinds:
-        for group in groups:
-            for client in clients:
-                key = f"{client}|{group['name']}|{kind['name']}"
-                outcome = cells.get(key, {}).get("outcome")
-                if outcome not in SYMBOL:
-                    problems.append(f"{key}: {outcome or 'not run'}")
+    problems = [f"{key}: {cells.get(key, {}).get('outcome') or 'not run'}" for key in keys
+                if cells.get(key, {}).get("outcome") not in SYMBOL]
     if problems:
-        sys.exit("incomplete or failing fault matrix results, run it first "
+        sys.exit(f"incomplete or failing {matrix} results, run it first "
                  "(--run):\n  " + "\n  ".join(problems))
+    return [cells[key] for key in keys]
 
+
+def _grid(results: dict[str, Any], heading: str,
+          column: Callable[[dict[str, Any]], str]) -> tuple[list[str], list[str]]:
+    """The table (a row per operation group, a column per fault kind, each cell the clients'
+    symbols in order) and its numbered notes."""
+    clients, kinds, cells = results["clients"], results["kinds"], results["cells"]
     notes: list[str] = []
 
     def mark(cell: dict[str, Any]) -> str:
@@ -75,17 +81,22 @@ def render(results: dict[str, Any]) -> str:
             notes.append(note)
         return SYMBOL[cell["outcome"]] + str(notes.index(note) + 1).translate(SUPERSCRIPT)
 
-    lines = ["| operation (faulted S3 request) | "
-             + " | ".join(SHORT.get(k["name"], k["title"]) for k in kinds) + " |",
+    lines = [f"| {heading} | " + " | ".join(column(k) for k in kinds) + " |",
              "| --- |" + " :-: |" * len(kinds)]
-    for group in groups:
+    for group in results["groups"]:
         row = [" ".join(mark(cells[f"{client}|{group['name']}|{kind['name']}"])
                         for client in clients) for kind in kinds]
         lines.append(f"| {group['title']} | " + " | ".join(row) + " |")
+    return lines, [f"{i}. {note}" for i, note in enumerate(notes, 1)]
 
-    counts: dict[str, int] = {}
-    for cell in cells.values():
-        counts[cell["outcome"]] = counts.get(cell["outcome"], 0) + 1
+
+def render(results: dict[str, Any]) -> str:
+    clients, kinds, groups = results["clients"], results["kinds"], results["groups"]
+    cells: dict[str, dict[str, Any]] = results["cells"]
+    _listed(results, "fault matrix")
+    lines, notes = _grid(results, "operation (faulted S3 request)",
+                         lambda kind: SHORT.get(kind["name"], kind["title"]))
+    counts = Counter(cell["outcome"] for cell in cells.values())
     faulted = sum(cell.get("faulted", 0) for cell in cells.values())
     requests = sum(len(cell.get("requests", ())) for cell in cells.values())
     total = len(clients) * len(kinds) * len(groups)
@@ -104,7 +115,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         *lines,
         "",
-        *[f"{i}. {note}" for i, note in enumerate(notes, 1)],
+        *notes,
         "",
         f"{total} cells: {counts.get('survived', 0)} survived, "
         f"{counts.get('failed_fast', 0) + counts.get('not_found', 0)} failed fast, "
@@ -118,40 +129,10 @@ def render(results: dict[str, Any]) -> str:
 def render_cloud(results: dict[str, Any]) -> str:
     """The GCS and Azure matrix: one row per operation group, one column per fault, each cell
     the four clients' outcomes in order."""
-    clients, kinds, groups = results["clients"], results["kinds"], results["groups"]
-    cells: dict[str, dict[str, Any]] = results["cells"]
-    problems = []
-    for kind in kinds:
-        for group in groups:
-            for client in clients:
-                key = f"{client}|{group['name']}|{kind['name']}"
-                outcome = cells.get(key, {}).get("outcome")
-                if outcome not in SYMBOL:
-                    problems.append(f"{key}: {outcome or 'not run'}")
-    if problems:
-        sys.exit("incomplete or failing cloud fault matrix results, run it first "
-                 "(--run):\n  " + "\n  ".join(problems))
-    notes: list[str] = []
-
-    def mark(cell: dict[str, Any]) -> str:
-        note = cell.get("note")
-        if not note:
-            return SYMBOL[cell["outcome"]]
-        if note not in notes:
-            notes.append(note)
-        return SYMBOL[cell["outcome"]] + str(notes.index(note) + 1).translate(SUPERSCRIPT)
-
-    lines = ["| operation (faulted request) | " + " | ".join(k["title"] for k in kinds) + " |",
-             "| --- |" + " :-: |" * len(kinds)]
-    for group in groups:
-        row = [" ".join(mark(cells[f"{client}|{group['name']}|{kind['name']}"])
-                        for client in clients) for kind in kinds]
-        lines.append(f"| {group['title']} | " + " | ".join(row) + " |")
-    listed = [cells[f"{c}|{g['name']}|{k['name']}"] for k in kinds for g in groups
-              for c in clients]
-    counts: dict[str, int] = {}
-    for cell in listed:
-        counts[cell["outcome"]] = counts.get(cell["outcome"], 0) + 1
+    clients = results["clients"]
+    listed = _listed(results, "cloud fault matrix")
+    lines, notes = _grid(results, "operation (faulted request)", lambda kind: kind["title"])
+    counts = Counter(cell["outcome"] for cell in listed)
     titles = results.get("client_titles", {})
     versions = ", ".join(f"{name} {version}" for name, version in results["versions"].items())
     return "\n".join([
@@ -167,7 +148,7 @@ def render_cloud(results: dict[str, Any]) -> str:
         "",
         *lines,
         "",
-        *[f"{i}. {note}" for i, note in enumerate(notes, 1)],
+        *notes,
         "",
         f"{len(listed)} cells: {counts.get('survived', 0)} survived, "
         f"{counts.get('failed_fast', 0) + counts.get('not_found', 0)} failed fast, "
