@@ -28,6 +28,7 @@ from azure.storage.blob._shared.response_handlers import process_storage_error
 from botocore.exceptions import ClientError
 from google.resumable_media.common import InvalidResponse
 from multidict import CIMultiDict, CIMultiDictProxy
+from oauthlib.oauth2.rfc6749.errors import InvalidGrantError
 from yarl import URL
 
 from retryfs import Decision, ErrorClassifier
@@ -230,6 +231,8 @@ S3_DENIED = "AWS Error ACCESS_DENIED during PutObject operation: Access Denied"
     (aiohttp_status_error(429, "Too Many Requests"), 429),  # .status
     (azure_storage_error(503, "Service Unavailable", "ServerBusy", "busy"), 503),  # .status_code
     (later(google_error, 504, "deadline"), 504),  # google-api-core: .code
+    # oauthlib (gcsfs's browser login, through google-auth-oauthlib): .status_code, no response
+    (InvalidGrantError(description="Bad Request"), 400),
     (botocore_error("SlowDown", 503), 503),  # the response dict
     (botocore_error(None, 500), 500),
     (requests_error(502, "Bad Gateway"), 502),  # a requests.Response as .response
