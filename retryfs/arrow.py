@@ -349,8 +349,7 @@ class RetryingHandler(pafs.FileSystemHandler):
         return self._open_input("open_input_file", path, seekable=True)
 
     def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
-        # pyarrow's Azure client creates the blob empty at open: removed if the write fails
-        empty = EmptyAtOpen(self.writer, path, self.retrier) if self._empty_at_open else None
+        empty = self.empty_at_open(path)
 
         def reopen() -> Any:
             stream = self._call("open_output_stream", path, self._open_output, path, metadata)
@@ -421,6 +420,12 @@ class RetryingHandler(pafs.FileSystemHandler):
             attempts = self.config.native_write_attempts or DEFAULT_NATIVE_WRITE_ATTEMPTS
             self._one_part_writer = _one_part_client(self.writer, attempts)
         return self._one_part_writer
+
+    def empty_at_open(self, path: str) -> EmptyAtOpen | None:
+        """What removes the empty blob an open of ``path`` creates, if the write then fails
+        (pyarrow's Azure client; None for the others, whose uploads show nothing before
+        their commit)."""
+        return EmptyAtOpen(self.writer, path, self.retrier) if self._empty_at_open else None
 
     def write_attempt_timeout(self, operation: str, in_flight: int) -> float | None:
         """The timeout of one write/flush/close (or whole-file copy) attempt: ``write_timeout``

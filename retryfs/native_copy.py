@@ -39,6 +39,7 @@ from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, on
 from .commits import FailedCommits, report_commit, watching
 from .engine import Retrier
 from .errors import CommitNotVisibleError
+from .placeholders import EmptyAtOpen
 from .streams import abandon_stream, discard
 from .timeouts import AttemptTimeoutError, in_background, run_with_timeout
 from .watchdog import watch
@@ -59,6 +60,7 @@ class CopyTarget(Protocol):
     def writer_for(self, size: int | None) -> pafs.FileSystem: ...
     def create_dir(self, path: str, recursive: bool) -> None: ...
     def _landed(self, path: str, size: int) -> bool: ...
+    def empty_at_open(self, path: str) -> EmptyAtOpen | None: ...
     def write_attempt_timeout(self, operation: str, in_flight: int) -> float | None: ...
 
 
@@ -274,7 +276,8 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
             _arrow_copy_file(source_fs, source, writer, target, buffer_size, False)
             return size
         with source_fs.open_input_stream(source) as reader:
-            return pump_into(writer, target, reader, buffer_size, abandoned, beside)
+            return pump_into(writer, target, reader, buffer_size, abandoned, beside,
+                             empty=handler.empty_at_open(target))
 
     return written_whole(writer, destination, write, abandoned)
 
@@ -298,16 +301,24 @@ def written_whole(fs: pafs.FileSystem, destination: str,
 
 
 def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
-              abandoned: threading.Event, beside: bool) -> int:
+              abandoned: threading.Event, beside: bool, empty: EmptyAtOpen | None = None) -> int:
     """``reader``'s bytes (and metadata) into a new output stream of ``fs`` at ``target``,
     committed by `_pump`; a temporary file beside is closed on a source failure (and removed
     by `written_whole`), any other stream never closed. A local file beside has no metadata:
     it is not asked for (a lazily opened pyarrow GCS file opens its download in
-    ``metadata()`` holding the GIL)."""
+    ``metadata()`` holding the GIL). ``empty``: the empty blob the open created (pyarrow's
+    Azure client), removed when the attempt fails, if still that one."""
     metadata = None if beside else (reader.metadata() or None)
     writer = fs.open_output_stream(target, metadata=metadata)
-    return _pump(reader, writer, buffer_size, abandoned,
-                 drop=discard if beside else abandon_stream)
+    if empty is not None:
+        empty.opened()
+    try:
+        return _pump(reader, writer, buffer_size, abandoned,
+                     drop=discard if beside else abandon_stream)
+    except BaseException:
+        if empty is not None:
+            empty.remove()
+        raise
 
 
 class _Abandoned(Exception):

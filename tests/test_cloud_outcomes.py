@@ -255,3 +255,21 @@ def test_what_a_write_costs_on_the_happy_path(name, gcs_fault_endpoint, gcs_faul
     extra = ["GetBlobProperties"] if name == "pyarrow_azure" else []
     assert sorted(through) == sorted(bare + extra), (bare, through)
     assert fs.stats.snapshot()["retries"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_pyarrow_azure_copy_files_refused_later_leaves_no_empty_blob(
+        azure_fault_endpoint, azure_fault_container, tmp_path):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    local = tmp_path / "ckpt"
+    local.mkdir()
+    (local / "model.pt").write_bytes(b"m" * 2 * MiB)
+    (local / "meta.json").write_bytes(b"{}")
+    fs = wrapped(ep.pyarrow_fs())
+    planted = ep.add_fault(HttpFault.forbidden(op="PutBlock", path=f"{container}/ckpt/model.pt"))
+    with pytest.raises(OSError):
+        pafs.copy_files(str(local), f"{container}/ckpt", source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=fs, use_threads=False)
+    assert ep.fired(planted) == 1 and len(ep.requests("PutBlock", path=planted.path)) == 1
+    assert "ckpt/model.pt" not in ep.keys(container)  # its empty blob removed
+    assert ops(ep, "DeleteBlob") == [("DeleteBlob", 202)]
