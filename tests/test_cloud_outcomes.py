@@ -130,12 +130,21 @@ def test_gcsfs_delete_of_an_object_that_never_existed_still_raises(gcs_fault_end
     assert ep.requests("objects.delete") == []  # the look before found nothing: no DELETE
 
 
-def _delete_requests(ep, bucket, fs):
+def _delete_requests(ep, bucket, fs, *, racy_info=False):
+    """The requests of one delete_file. ``racy_info``: gcsfs's ``info`` races the object's GET
+    against a directory probe (a listing, which when empty GETs the object again) and cancels
+    the loser, so how many of its GETs and listings reach the server varies run to run, wrapped
+    or not (25 runs each: three different sets on both sides). Then the DELETEs are compared,
+    and the GETs of the object are bounded by what one ``info`` can send (2)."""
     ep.put_object(bucket, "obj", b"x")
     ep.reset_record()
     fs.delete_file(f"{bucket}/obj")
     assert ep.keys(bucket) == []
-    return [r.op for r in ep.requests()]
+    ops = [r.op for r in ep.requests()]
+    if not racy_info:
+        return ops
+    assert 1 <= ops.count("objects.get") <= 2, ops  # one info, never a second one
+    return [op for op in ops if op not in ("objects.get", "objects.list")]
 
 
 @pytest.mark.timeout(60)
@@ -150,12 +159,13 @@ def test_what_a_delete_costs_on_the_happy_path(name, gcs_fault_endpoint, gcs_fau
     inner = make()
     if not isinstance(inner, pafs.FileSystem):  # an fsspec client as pyarrow users have it
         inner = pafs.PyFileSystem(pafs.FSSpecHandler(inner))
+    racy = name == "gcsfs"
     _delete_requests(ep, bucket, inner)  # a first delete: the client's one-time probes
-    bare = _delete_requests(ep, bucket, inner)
+    bare = _delete_requests(ep, bucket, inner, racy_info=racy)
     fs = wrapped(make())
     _delete_requests(ep, bucket, fs)
     started = time.monotonic()
-    through = _delete_requests(ep, bucket, fs)
+    through = _delete_requests(ep, bucket, fs, racy_info=racy)
     assert time.monotonic() - started < 5
     extra = ["ListBlobs"] if name == "pyarrow_azure" else []
     assert sorted(through) == sorted(bare + extra), (bare, through)
