@@ -28,11 +28,13 @@ import hashlib
 import logging
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import retryfs
 from benchmarks.common import MiB, table
-from retryfs.testing.s3 import PYARROW_PART_SIZE, S3Fault, S3FaultEndpoint
+from retryfs import streams
+from retryfs.testing.s3 import PYARROW_PART_SIZE, S3Fault, S3FaultEndpoint, S3Request
 
 BUCKET = "bench-granularity"
 PART = PYARROW_PART_SIZE
@@ -114,6 +116,16 @@ def read(endpoint: S3FaultEndpoint, nbytes: int, chunk: int, *faults: S3Fault) -
                 sum(endpoint.fired(f) for f in faults))
 
 
+def _holds(offset: int) -> Callable[[S3Request], bool]:
+    """Whether a request's ``Range: bytes=a-b`` holds byte ``offset`` (a GET without a
+    range holds every byte)."""
+    def holds(request: S3Request) -> bool:
+        first, _, last = request.headers.get("range", "bytes=0-").removeprefix(
+            "bytes=").partition("-")
+        return int(first or 0) <= offset and (not last or offset <= int(last))
+    return holds
+
+
 def _spread(values: list[float], digits: int = 2) -> str:
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
@@ -152,15 +164,22 @@ def cost_of_faults(scale: int, seeds: int, big: bool) -> list[str]:
         cut = 56 * MiB // scale
         # Reads of 1 MiB, copy_files's default chunk: pyarrow's S3 stream sends one ranged GET
         # per read. A cut inside one read call loses what that call had received.
-        for chunk, how in ((MiB, "1 MiB reads, as copy_files"), (size, "one read")):
-            # the cut lands in the read that holds byte `cut`: the 57th GET of 1 MiB reads
-            nth = cut // chunk + 1
-            resumed = read(endpoint, size, chunk, S3Fault.truncate(
-                keep_bytes=cut - (nth - 1) * chunk, op="GetObject", nth=nth))
-            rows.append([f"one cut at {cut // MiB} MiB reading a {size // MiB} MiB object "
-                         f"(open_input_stream, {how})", f"{resumed.completed}",
-                         f"{resumed.faults}", f"{resumed.gets} GetObject",
-                         f"{resumed.served / size:.2f}", "server bytes per byte read"])
+        # the cut lands in the read that holds byte `cut`: the 57th GET of 1 MiB reads
+        resumed = read(endpoint, size, MiB, S3Fault.truncate(
+            keep_bytes=cut - (cut // MiB) * MiB, op="GetObject", nth=cut // MiB + 1))
+        rows.append([f"one cut at {cut // MiB} MiB reading a {size // MiB} MiB object "
+                     "(open_input_stream, 1 MiB reads, as copy_files)", f"{resumed.completed}",
+                     f"{resumed.faults}", f"{resumed.gets} GetObject",
+                     f"{resumed.served / size:.2f}", "server bytes per byte read"])
+        # One read of the whole object: retryfs serves it as ranged sub-reads (SUB_READ); the
+        # GET holding byte `cut` is cut one byte before its end, the worst place for it.
+        resumed = read(endpoint, size, size, S3Fault.truncate(
+            keep_bytes=size, op="GetObject", when=_holds(cut), times=1))
+        rows.append([f"one cut at {cut // MiB} MiB reading a {size // MiB} MiB object "
+                     "(open_input_stream, one read; its GET cut 1 byte short)",
+                     f"{resumed.completed}", f"{resumed.faults}", f"{resumed.gets} GetObject",
+                     f"{resumed.served / size:.2f}",
+                     f"server bytes per byte read, sub-reads of {streams.SUB_READ // MiB} MiB"])
         runs = [read(endpoint, size, MiB,
                      S3Fault.truncate(op="GetObject", probability=0.05, seed=seed))
                 for seed in range(1, seeds + 1)]

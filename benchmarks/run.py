@@ -19,7 +19,14 @@ from collections.abc import Callable
 
 import pyarrow
 
-from benchmarks import bench_faults, bench_granularity, bench_large, bench_overhead, bench_s3_upload
+from benchmarks import (
+    bench_faults,
+    bench_granularity,
+    bench_large,
+    bench_overhead,
+    bench_reads,
+    bench_s3_upload,
+)
 
 SECTIONS: dict[str, Callable[[bool], list[str]]] = {
     "overhead": bench_overhead.run,
@@ -27,6 +34,7 @@ SECTIONS: dict[str, Callable[[bool], list[str]]] = {
     "granularity": bench_granularity.run,
     "faults": bench_faults.run,
     "large": bench_large.run,
+    "reads": bench_reads.run,
 }
 
 

@@ -451,12 +451,6 @@ class ArrowSideInput(ResumableInputFile):
     def read(self, size: int | None = -1) -> Any:
         return self.read_buffer(size)
 
-    def readinto(self, buffer: Any) -> int:
-        target = memoryview(buffer).cast("B")
-        data = self.read_buffer(len(target))
-        target[: len(data)] = data if isinstance(data, bytes) else memoryview(data).cast("B")
-        return len(data)
-
 
 def _as_bytes(data: Any) -> bytes:
     return data if isinstance(data, bytes) else data.to_pybytes()

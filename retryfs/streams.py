@@ -9,6 +9,7 @@ as the filesystem operations, under the operation names ``read``, ``write``, ``f
 from __future__ import annotations
 
 import ctypes
+import functools
 import io
 import tempfile
 import threading
@@ -16,18 +17,26 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import IO, Any, Protocol
 
+import pyarrow as pa
 from fsspec.spec import AbstractBufferedFile
 
 from .commits import report_commit, watching
 from .config import DEFAULT_SPOOL_MEMORY
 from .engine import Retrier
 from .errors import CommitNotVisibleError, InnerFileClosedError
-from .timeouts import run_with_timeout
+from .timeouts import in_background, run_with_timeout
 
-__all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY",
+__all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY", "SUB_READ",
            "abandon_stream", "discard"]
 
 _REPLAY_CHUNK = 8 * 1024 * 1024
+
+#: The largest read one attempt makes: a larger read is served as sub-reads of this size, so a
+#: fault costs at most this many bytes again (on S3 each sub-read is one ranged GET).
+SUB_READ = 8 * 1024 * 1024
+#: How many sub-reads of one large read from a random-access file are in flight at once
+#: (boto3's downloads: 8 MiB ranged GETs, 10 in flight).
+READ_AHEAD = 4
 
 
 class _Writable(Protocol):
@@ -387,22 +396,136 @@ class ResumableInputFile(io.RawIOBase):
     def read_buffer(self, size: int | None = -1) -> Any:
         """Read into a pyarrow ``Buffer`` where the inner file can (``pyarrow.PythonFile`` uses
         this when present): a native file sizes the buffer to what is left, where ``read(n)``
-        would allocate ``n`` bytes first (64 MiB per small file in a ``copy_files``)."""
+        would allocate ``n`` bytes first (64 MiB per small file in a ``copy_files``).
+
+        A read of more than `SUB_READ` bytes (or of the whole rest) is served as sub-reads of
+        at most `SUB_READ` into one buffer, each its own retried read: a fault in the middle
+        costs what that sub-read had received, not what the whole read had."""
         if self.closed:
             raise ValueError("I/O operation on closed retryfs input file")
+        wanted = None if size is None or size < 0 else size
         with self._lock:
-            data = self._retrier.call("read", self.path, self._attempt, _read_from, size)
-            self._pos += len(data)
-            self._inner_pos = self._pos
-        return data
+            if wanted is not None and wanted <= SUB_READ:
+                return self._read_piece(wanted)
+            if self._seekable:  # what is left bounds the buffer
+                left = self._remaining()
+                wanted = left if wanted is None else min(wanted, left)
+                if wanted <= SUB_READ:
+                    return self._read_piece(wanted)
+            return self._read_large(wanted)
 
     def readall(self) -> bytes:
         return self.read(-1)
 
     def readinto(self, buffer: Any) -> int:
-        data = self.read(len(memoryview(buffer)))
-        memoryview(buffer).cast("B")[: len(data)] = data
-        return len(data)
+        if self.closed:
+            raise ValueError("I/O operation on closed retryfs input file")
+        with self._lock:
+            return self._fill(memoryview(buffer).cast("B"))
+
+    # -- reads ---------------------------------------------------------------------------------
+    def _remaining(self) -> int:
+        return max(0, self._end() - self._pos)
+
+    def _read_piece(self, size: int | None) -> Any:
+        data = self._retrier.call("read", self.path, self._attempt, _read_from, size)
+        self._pos += len(data)
+        self._inner_pos = self._pos
+        return data
+
+    def _fill(self, view: memoryview) -> int:
+        """Fill ``view`` in sub-reads of at most `SUB_READ` bytes, each retried on its own;
+        stops early at the end of the file. Returns the bytes read."""
+        filled = 0
+        while filled < len(view):
+            piece = view[filled:filled + SUB_READ]
+            got = self._retrier.call("read", self.path, self._attempt, _read_into, piece)
+            if not got:
+                break
+            filled += got
+            self._pos += got
+            self._inner_pos = self._pos
+        return filled
+
+    def _read_large(self, wanted: int | None) -> pa.Buffer:
+        """``wanted`` bytes (``None``: up to the end, size unknown) into one buffer, which
+        grows when the size is unknown and is cut to what was read. A failed read leaves the
+        position where it was (the caller gets none of its bytes)."""
+        start = self._pos
+        try:
+            ranged = self._random_access()
+            if ranged is not None:
+                left = max(0, ranged.size() - start)
+                return self._read_ranges(ranged, left if wanted is None else min(wanted, left))
+            return self._read_sequential(wanted)
+        except BaseException:
+            self._pos = start
+            raise
+
+    def _random_access(self) -> Any:
+        """The inner file if it is a native random-access one (S3, GCS, Azure, local), else
+        ``None``; a sequential native stream is swapped for one (one more open: on S3, a HEAD)."""
+        inner = self._inner
+        if isinstance(inner, pa.NativeFile) and inner.seekable():
+            return inner
+        if inner is not None and not isinstance(inner, pa.NativeFile):
+            return None
+        try:
+            fresh = self._reopen()
+        except Exception:  # noqa: BLE001 - read on sequentially, with its own retries
+            return None
+        if inner is not None:
+            discard(inner)
+        self._inner, self._inner_pos = fresh, 0
+        if isinstance(fresh, pa.NativeFile) and fresh.seekable():
+            self._inner_pos = -1  # positioned by seek before the next sequential read
+            return fresh
+        return None  # kept: the sequential read positions it
+
+    def _read_ranges(self, inner: Any, wanted: int) -> pa.Buffer:
+        """``wanted`` bytes from the position as ranged sub-reads of `SUB_READ`, `READ_AHEAD`
+        of them in flight (on S3 each is one GET: one at a time, every one would wait for its
+        request's round trip). Each is retried on its own, a retry on a fresh file."""
+        start = self._pos
+        buffer = pa.allocate_buffer(max(wanted, 0))
+        view = memoryview(buffer).cast("B")
+        offsets = iter(range(0, wanted, SUB_READ))
+        pending: list[Future[int]] = []
+        failure: BaseException | None = None
+        total = 0
+        while True:
+            while failure is None and len(pending) < READ_AHEAD:
+                offset = next(offsets, None)
+                if offset is None:
+                    break
+                pending.append(in_background(functools.partial(
+                    self._retrier.call, "read", self.path, _RangedRead(inner, self._reopen),
+                    view[offset:offset + SUB_READ], start + offset)))
+            if not pending:
+                break
+            try:
+                total += pending.pop(0).result()
+            except BaseException as exc:  # noqa: BLE001 - raised once the others are done
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        self._pos = start + total
+        self._inner_pos = -1  # ranged reads leave the file's own position unspecified
+        return buffer if total == wanted else buffer.slice(0, total)
+
+    def _read_sequential(self, wanted: int | None) -> pa.Buffer:
+        capacity = wanted if wanted is not None else 4 * SUB_READ
+        buffer = pa.allocate_buffer(capacity, resizable=True)
+        filled = 0
+        while True:
+            got = self._fill(memoryview(buffer).cast("B")[filled:capacity])
+            filled += got
+            if wanted is not None or filled < capacity:
+                break
+            capacity *= 2
+            buffer.resize(capacity)
+        buffer.resize(filled)
+        return buffer
 
     def close(self) -> None:
         if self.closed:
@@ -467,6 +590,45 @@ def _read_from(inner: Any, size: int | None) -> Any:
         return inner.read_buffer() if whole else inner.read_buffer(size)
     data = inner.read() if whole else inner.read(size)
     return data if isinstance(data, bytes) else bytes(data)
+
+
+class _RangedRead:
+    """One sub-read's attempts: ``read_at`` on the shared file, after a failure on a fresh one
+    (a failed GET leaves S3's file usable, but another backend's may not be)."""
+
+    __slots__ = ("_shared", "_reopen", "_own")
+
+    def __init__(self, shared: Any, reopen: Callable[[], Any]) -> None:
+        self._shared = shared
+        self._reopen = reopen
+        self._own: Any = None
+
+    def __call__(self, view: memoryview, offset: int) -> int:
+        failed_before = self._own is not None or self._shared is None
+        inner = self._own if failed_before else self._shared
+        try:
+            if inner is None:
+                inner = self._own = self._reopen()
+            data = inner.read_at(len(view), offset)
+        except BaseException:
+            if self._own is not None:
+                discard(self._own)
+            self._own, self._shared = None, None
+            raise
+        if self._own is not None:
+            discard(self._own)
+            self._own = None
+        view[: len(data)] = memoryview(data).cast("B")
+        return len(data)
+
+
+def _read_into(inner: Any, view: memoryview) -> int:
+    """Read into ``view``: straight into it from a native file, else copied from a read."""
+    if isinstance(inner, pa.NativeFile):
+        return int(inner.readinto(view))
+    data = _read_from(inner, len(view))
+    view[: len(data)] = data if isinstance(data, bytes) else memoryview(data).cast("B")
+    return len(data)
 
 
 def _metadata_of(inner: Any) -> dict[str, bytes]:

@@ -8,11 +8,12 @@ uploads). The sizes are small (moto stores about 40 MB/s here); the ratios are w
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import pytest
 
-from retryfs import RetryingFileSystem, RetryPolicy
+from retryfs import RetryingFileSystem, RetryPolicy, streams
 from retryfs.fsspec import RetryFileSystem
 from retryfs.testing import S3Fault
 
@@ -99,6 +100,94 @@ def test_the_fsspec_face_resumes_with_a_ranged_read(s3_fault_endpoint, stored, f
         data = _read_all(f)
     assert data == OBJECT and ep.fired(reset) == 2
     assert _sent_by_server(ep) <= 1.05 * len(OBJECT)
+
+
+# -- one large read is served as sub-reads: a fault costs one sub-read --------------------------
+
+SUB = MiB  # streams.SUB_READ for these tests: an 8 MiB read is 8 sub-reads
+
+
+@pytest.fixture
+def small_sub_reads(monkeypatch):
+    monkeypatch.setattr(streams, "SUB_READ", SUB)
+
+
+def _covers(offset: int):
+    """The GET whose ``Range: bytes=a-b`` holds byte ``offset``."""
+    def holds(request) -> bool:
+        rng = request.headers.get("range", "")
+        if not rng.startswith("bytes="):
+            return False
+        first, _, last = rng[len("bytes="):].partition("-")
+        return int(first) <= offset and (not last or offset <= int(last))
+    return holds
+
+
+def _sha(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("opener", ["open_input_stream", "open_input_file"])
+def test_a_cut_inside_one_large_read_costs_one_sub_read(s3_fault_endpoint, stored, opener,
+                                                       small_sub_reads):
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False)
+    # the worst place: the body of the GET holding byte 7 MiB ends one byte short
+    cut = ep.add_fault(S3Fault.truncate(keep_bytes=len(OBJECT), op="GetObject",
+                                        when=_covers(RESUME_AT), times=1))
+    with getattr(fs, opener)(stored) as f:
+        data = f.read(len(OBJECT))  # one read of the whole object
+    assert _sha(data) == _sha(OBJECT) and ep.fired(cut) == 1
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 1
+    # was 2 GETs and 1.875x: the whole read sent again; now one sub-read of 1 MiB again
+    assert len(OBJECT) < _sent_by_server(ep) <= len(OBJECT) + SUB
+    assert len(ep.requests(op="GetObject")) == len(OBJECT) // SUB + 1
+
+
+def test_a_whole_read_of_a_stream_is_served_as_sub_reads(s3_fault_endpoint, stored,
+                                                         small_sub_reads):
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False)
+    cut = ep.add_fault(S3Fault.truncate(keep_bytes=len(OBJECT), op="GetObject",
+                                        when=_covers(RESUME_AT), times=1))
+    with fs.open_input_stream(stored) as f:
+        data = f.read()
+    assert _sha(data) == _sha(OBJECT) and ep.fired(cut) == 1
+    assert _sent_by_server(ep) <= len(OBJECT) + SUB
+    assert len(ep.requests(op="GetObject")) == len(OBJECT) // SUB + 1
+
+
+@pytest.mark.parametrize("face", ["pyarrow", "fsspec"])  # ranged sub-reads; sequential ones
+def test_a_large_read_that_gives_up_leaves_the_position_where_it_was(s3_fault_endpoint, stored,
+                                                                     small_sub_reads, face):
+    ep = s3_fault_endpoint
+    broken = ep.add_fault(S3Fault.internal_error(op="GetObject", when=_covers(RESUME_AT)))
+    if face == "pyarrow":
+        f = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False).open_input_file(stored)
+    else:
+        inner = ep.s3fs(default_block_size=MiB, default_cache_type="none")
+        f = RetryFileSystem(fs=inner, max_attempts=4, initial_delay=0.001, jitter=False,
+                            budget=False).open(stored, "rb")
+    with f:
+        with pytest.raises(OSError):
+            f.read(len(OBJECT))
+        assert f.tell() == 0 and ep.fired(broken) == POLICY.max_attempts
+        ep.clear_faults()
+        assert _sha(f.read(len(OBJECT))) == _sha(OBJECT)
+
+
+def test_the_fsspec_face_serves_one_large_read_as_sub_reads(s3_fault_endpoint, stored,
+                                                            small_sub_reads):
+    ep = s3_fault_endpoint
+    inner = ep.s3fs(default_block_size=MiB, default_cache_type="none")
+    fs = RetryFileSystem(fs=inner, max_attempts=4, initial_delay=0.001, jitter=False,
+                         budget=False)
+    cut = ep.add_fault(S3Fault.truncate(keep_bytes=len(OBJECT), op="GetObject",
+                                        when=_covers(RESUME_AT), times=1))
+    with fs.open(stored, "rb") as f:
+        data = f.read(len(OBJECT))
+    assert _sha(data) == _sha(OBJECT) and ep.fired(cut) == 1
+    assert _sent_by_server(ep) <= len(OBJECT) + SUB
 
 
 # -- verification is its own metadata call -----------------------------------------------------
