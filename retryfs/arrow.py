@@ -33,7 +33,7 @@ from .policy import OPERATION_GROUPS, RetryPolicy
 from .redact import redact
 from .stats import RetryStats
 from .streams import ReplayableOutputStream, ResumableInputFile
-from .timeouts import TimedInputStream, timed, write_attempt_timeout
+from .timeouts import TimedInputStream, timed, write_attempt_timeout, writes_locally
 
 __all__ = ["RetryingFileSystem", "RetryingHandler", "as_arrow_filesystem"]
 
@@ -153,6 +153,8 @@ class RetryingHandler(pafs.FileSystemHandler):
         self._resends_by_itself = resends_by_itself(fs)
         self._empty_at_open = creates_empty_at_open(self.writer)
         self._background_writes = writes_in_background(self.writer)
+        self._timed_writes = not writes_locally(self.writer if isinstance(
+            self.original, pafs.FileSystem) else self.original)
         self.failed_commits = FailedCommits()
         self.timeouts = config.timeouts_for(OPERATION_GROUPS)
         budget = config.budget
@@ -362,7 +364,7 @@ class RetryingHandler(pafs.FileSystemHandler):
             verify=self._landed if self.verify_writes else None,
             on_commit=self.failed_commits.record,
             spool_memory=self.spool_memory,
-            attempt_timeout=self.write_attempt_timeout,
+            attempt_timeout=self.write_attempt_timeout if self._timed_writes else None,
             on_give_up=None if empty is None else empty.remove,
         )
         return pa.PythonFile(stream, mode="w")

@@ -73,7 +73,7 @@ from .parts import retry_parts_in_place
 from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
 from .redact import redact, register_option_secrets
 from .stats import RetryStats
-from .timeouts import timed, write_attempt_timeout
+from .timeouts import timed, write_attempt_timeout, writes_locally
 
 __all__ = ["AsyncRetryFileSystem", "AsyncRetryReadFile", "FSSPEC_GROUPS",
            "RetryFileSystem", "RetryReadFile", "RetryWriteFile"]
@@ -406,7 +406,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
                 self, path, mode, first, reopen_write, self.retrier,
                 verify=self._landed if (self.verify_writes and autocommit) else None,
                 spool_memory=self.spool_memory, autocommit=autocommit,
-                attempt_timeout=self._write_attempt_timeout)
+                attempt_timeout=None if writes_locally(inner_fs) else self._write_attempt_timeout)
             return writer
         operation = "open_append_stream" if "a" in mode else "open"
         return self._call(operation, path, opener)

@@ -30,6 +30,10 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any, TypeVar
 
+import pyarrow.fs as pafs
+from fsspec.implementations.arrow import ArrowFSWrapper
+from fsspec.implementations.local import LocalFileSystem as FsspecLocalFileSystem
+
 from .policy import GROUPS, OPERATION_GROUPS
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "DEFAULT_MIN_THROUGHPUT",
     "DEFAULT_WRITE_TIMEOUT",
     "write_attempt_timeout",
+    "writes_locally",
     "TIMED_GROUPS",
     "TimedInputStream",
     "in_background",
@@ -61,6 +66,18 @@ def write_attempt_timeout(floor: float, min_throughput: float, in_flight: int) -
     """Seconds one write/flush/commit attempt may take: ``floor`` plus ``in_flight`` bytes at
     ``min_throughput`` bytes/s."""
     return floor + in_flight / min_throughput
+
+
+def writes_locally(fs: Any) -> bool:
+    """Whether ``fs`` writes files on this machine (pyarrow's or fsspec's ``LocalFileSystem``):
+    its output streams then write and close on the caller's thread, untimed. A local write
+    waits on the kernel, not on a connection that a fresh stream would replace, and timing
+    it costs a hop to a worker thread and back per write and per close: several times the
+    write of a small file. (A hung NFS mount holds the caller as it holds unwrapped pyarrow.)
+    """
+    if isinstance(fs, ArrowFSWrapper):
+        fs = fs.fs
+    return isinstance(fs, (pafs.LocalFileSystem, FsspecLocalFileSystem))
 
 
 class AttemptTimeoutError(TimeoutError):

@@ -230,3 +230,49 @@ def test_the_async_face_times_out_a_hanging_upload_and_never_commits_it_later() 
     assert _HangingUploads.hangs == 0  # the hang happened
     assert seen == [False, True]
     assert elapsed < STALL, f"{elapsed:.1f}s: the hanging upload was waited out"
+
+
+# -- local destinations write on the caller's thread ---------------------------------------------
+
+def _hops(monkeypatch) -> list[str]:
+    """The operations of output streams that hopped to a timed worker."""
+    from retryfs import streams
+
+    hopped: list[str] = []
+    real = streams.run_with_timeout
+
+    def counting(fn, seconds, operation, path, **kwargs):
+        hopped.append(operation)
+        return real(fn, seconds, operation, path, **kwargs)
+
+    monkeypatch.setattr(streams, "run_with_timeout", counting)
+    return hopped
+
+
+@pytest.mark.parametrize("face", ["pyarrow", "fsspec", "pyarrow over fsspec"])
+def test_a_local_destination_is_written_on_the_callers_thread(tmp_path, monkeypatch, face):
+    from retryfs.fsspec import RetryFileSystem
+
+    hopped = _hops(monkeypatch)
+    data = random.Random(3).randbytes(4096)
+    target = str(tmp_path / "small.bin")
+    if face == "fsspec":
+        with RetryFileSystem(fs=fsspec.filesystem("file"), write_timeout=5.0).open(
+                target, "wb") as out:
+            out.write(data)
+    else:
+        inner = pafs.LocalFileSystem() if face == "pyarrow" else fsspec.filesystem("file")
+        with RetryingFileSystem(inner, write_timeout=5.0).open_output_stream(target) as out:
+            out.write(data)
+    assert (tmp_path / "small.bin").read_bytes() == data
+    assert hopped == []  # no hop: a local write waits on the kernel, not on a connection
+
+
+def test_a_destination_that_may_stall_keeps_its_timed_writes(tmp_path, monkeypatch):
+    hopped = _hops(monkeypatch)
+    data = random.Random(4).randbytes(4096)
+    wrapped = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())  # not known local
+    with RetryingFileSystem(wrapped, write_timeout=5.0).open_output_stream("small.bin") as out:
+        out.write(data)
+    assert (tmp_path / "small.bin").read_bytes() == data
+    assert hopped == ["write", "close"]
