@@ -464,23 +464,12 @@ class ResumableInputFile(io.RawIOBase):
 
     def _random_access(self) -> Any:
         """The inner file if it is a native random-access one (S3, GCS, Azure, local), else
-        ``None``; a sequential native stream is swapped for one (one more open: on S3, a HEAD)."""
+        ``None``. A sequential stream is not swapped for one: opening pyarrow's GCS input file
+        starts its download lazily with the GIL held (an in-process server never answers)."""
         inner = self._inner
         if isinstance(inner, pa.NativeFile) and inner.seekable():
             return inner
-        if inner is not None and not isinstance(inner, pa.NativeFile):
-            return None
-        try:
-            fresh = self._reopen()
-        except Exception:  # noqa: BLE001 - read on sequentially, with its own retries
-            return None
-        if inner is not None:
-            discard(inner)
-        self._inner, self._inner_pos = fresh, 0
-        if isinstance(fresh, pa.NativeFile) and fresh.seekable():
-            self._inner_pos = -1  # positioned by seek before the next sequential read
-            return fresh
-        return None  # kept: the sequential read positions it
+        return None
 
     def _read_ranges(self, inner: Any, wanted: int) -> pa.Buffer:
         """``wanted`` bytes from the position as ranged sub-reads of `SUB_READ`, `READ_AHEAD`
