@@ -467,9 +467,8 @@ class ResumableInputFile(io.RawIOBase):
         ``None``. A sequential stream is not swapped for one: opening pyarrow's GCS input file
         starts its download lazily with the GIL held (an in-process server never answers)."""
         inner = self._inner
-        if isinstance(inner, pa.NativeFile) and inner.seekable():
-            return inner
-        return None
+        native = isinstance(inner, pa.NativeFile) and not isinstance(inner, pa.PythonFile)
+        return inner if native and inner.seekable() else None  # a PythonFile claims to seek
 
     def _read_ranges(self, inner: Any, wanted: int) -> pa.Buffer:
         """``wanted`` bytes from the position as ranged sub-reads of `SUB_READ`, `READ_AHEAD`
