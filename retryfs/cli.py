@@ -385,5 +385,19 @@ def main(argv: list[str] | None = None, *, stdout: TextIO | None = None,
         return EXIT_FAILED
 
 
+def run() -> None:
+    """The ``retryfs`` command: `main`, then exit with its code. An interrupted command exits at
+    once (``os._exit``, after flushing its output): a request still in flight in a worker thread
+    (a stalled read, a per-attempt timeout's thread) would otherwise hold the interpreter's
+    shutdown, which joins those threads, and Ctrl-C would not end the command."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

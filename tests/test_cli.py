@@ -316,3 +316,28 @@ def test_an_interrupted_command_exits_130(tmp_path):
         server.server_close()
     assert proc.returncode == 130, err
     assert "interrupted" in err.decode() and "Traceback" not in err.decode()
+
+
+def test_an_interrupted_command_exits_even_with_a_request_still_in_flight(tmp_path):
+    """The command's own entry (`retryfs.cli.run`) ends an interrupted command at once, while a
+    worker thread is still blocked in a request (here: a non-daemon thread waiting forever, as a
+    stalled read in a per-attempt timeout's thread does): the interpreter's shutdown would join
+    that thread and Ctrl-C would never end the command. Its output is flushed first."""
+    script = ("import threading, retryfs.cli as cli\n"
+              "threading.Thread(target=threading.Event().wait).start()\n"
+              "def interrupted(*args, **kwargs):\n"
+              "    print('partial output', end='')\n"
+              "    return cli.EXIT_INTERRUPTED\n"
+              "cli.main = interrupted\n"
+              "cli.run()\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert out == b"partial output"
