@@ -300,9 +300,12 @@ def test_an_interrupted_command_exits_130(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}/blob.bin"
+    # Ctrl-C as a terminal delivers it: a test run launched as a background job (`make test &`,
+    # nohup) has SIGINT ignored, the child would inherit that and never see the signal
     proc = subprocess.Popen([sys.executable, "-m", "retryfs", "cat", url], cwd=tmp_path,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert server.arrived.wait(60), "the download never reached the server"
         proc.send_signal(signal.SIGINT)
