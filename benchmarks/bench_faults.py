@@ -18,7 +18,6 @@ Usage: python -m benchmarks.bench_faults [--quick]
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import os
@@ -33,7 +32,7 @@ from datetime import timedelta
 import pyarrow.fs as pafs
 
 import retryfs
-from benchmarks.common import Tree, ray_wrapper, scratch, table
+from benchmarks.common import Tree, ray_wrapper, scratch, section_main, table
 from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault, S3FaultEndpoint
 
 BUCKET = "bench-faults"
@@ -240,12 +239,5 @@ def run(quick: bool) -> list[str]:
     return under_faults(FULL_TREE, (0.01, 0.05), 3)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print("\n\n".join(run(args.quick)))
-
-
 if __name__ == "__main__":
-    main()
+    section_main(run, __doc__)

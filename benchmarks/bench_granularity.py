@@ -23,7 +23,6 @@ Usage: python -m benchmarks.bench_granularity [--quick]
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import os
@@ -32,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import retryfs
-from benchmarks.common import MiB, table
+from benchmarks.common import MiB, section_main, table
 from retryfs import streams
 from retryfs.testing.s3 import PYARROW_PART_SIZE, S3Fault, S3FaultEndpoint, S3Request
 
@@ -208,13 +207,6 @@ def run(quick: bool) -> list[str]:
     return cost_of_faults(8, 2, big=False) if quick else cost_of_faults(1, 3, big=False)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print("\n\n".join(run(args.quick)))
-
-
 if __name__ == "__main__":
-    main()
+    section_main(run, __doc__)
 

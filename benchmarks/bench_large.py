@@ -12,7 +12,6 @@ Usage: python -m benchmarks.bench_large [--quick]
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -31,6 +30,7 @@ from benchmarks.common import (
     interleave,
     ratios,
     scratch,
+    section_main,
     table,
 )
 from benchmarks.seaweed import SeaweedS3, seaweed_s3, weed_binary
@@ -166,13 +166,6 @@ def run(quick: bool) -> list[str]:
     return tables
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print("\n\n".join(run(args.quick)))
-
-
 if __name__ == "__main__":
-    main()
+    section_main(run, __doc__)
 

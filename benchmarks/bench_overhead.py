@@ -12,7 +12,6 @@ Usage: python -m benchmarks.bench_overhead [--quick]
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import time
@@ -28,6 +27,7 @@ from benchmarks.common import (
     four,
     interleave,
     scratch,
+    section_main,
     timing_table,
 )
 
@@ -107,12 +107,5 @@ def run(quick: bool) -> list[str]:
     return [*per_call(2000, 51), *copy_local(FULL_TREE, 9)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print("\n\n".join(run(args.quick)))
-
-
 if __name__ == "__main__":
-    main()
+    section_main(run, __doc__)

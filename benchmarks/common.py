@@ -11,6 +11,7 @@ wall clock; bulk transfers are wall-clock time.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import statistics
@@ -134,6 +135,13 @@ def ratios(results: dict[str, list[float]], base: str, invert: bool = False
         per_round = [b / v if invert else v / b for v, b in pairs]
         out[name] = Figure.of(per_round)
     return out
+
+
+def section_main(run: Callable[[bool], list[str]], doc: str | None) -> None:
+    """A section's own command line (``python -m benchmarks.bench_x [--quick]``): its tables."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small inputs, as make bench-quick")
+    print("\n\n".join(run(parser.parse_args().quick)))
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:
