@@ -21,7 +21,6 @@ its response is sent. Bodies are buffered whole: this is for tests, not for tera
 
 from __future__ import annotations
 
-import fnmatch
 import http.client
 import itertools
 import json
@@ -29,14 +28,13 @@ import logging
 import random
 import re
 import threading
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.sax.saxutils import escape
 
-from ._match import rule_matches
+from ._match import RequestLog, rule_matches
 from ._wire import (
     RAW_HEADERS,
     Armed,
@@ -384,7 +382,7 @@ class HttpFault:
         return cls("delay", seconds=seconds, **match)
 
 
-class HttpFaultProxy(Listening):
+class HttpFaultProxy(RequestLog[HttpRecord], Listening):
     """A loopback reverse proxy to `upstream` (``http://host:port``) with a fault plan.
 
     `dialect` (`GCS`, `AZURE`, or a `Dialect` of your own) names operations and shapes error
@@ -476,31 +474,6 @@ class HttpFaultProxy(Listening):
         """How many times `fault` fired since it was added."""
         with self._lock:
             return sum(armed.fired for armed in self._plan if armed.fault is fault)
-
-    def requests(self, op: str | Iterable[str] | None = None, *, method: str | None = None,
-                 path: str | None = None, faulted: bool | None = None) -> list[HttpRecord]:
-        """The recorded requests, oldest first, filtered by op(s), method, path glob, faulted."""
-        ops = {op} if isinstance(op, str) else set(op) if op is not None else None
-        with self._lock:
-            records = list(self._record)
-        return [r for r in records
-                if (ops is None or r.op in ops)
-                and (method is None or r.method == method.upper())
-                and (path is None or fnmatch.fnmatchcase(r.path, path))
-                and (faulted is None or (r.fault is not None) == faulted)]
-
-    def counts(self) -> Counter[str]:
-        """Requests per operation name."""
-        return Counter(r.op for r in self.requests())
-
-    @property
-    def injected(self) -> list[HttpRecord]:
-        """The requests that got a fault."""
-        return self.requests(faulted=True)
-
-    def reset_record(self) -> None:
-        with self._lock:
-            self._record.clear()
 
     def reset(self) -> None:
         """Faults cleared, record emptied (the upstream store keeps its data)."""

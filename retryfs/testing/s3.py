@@ -42,13 +42,11 @@ at open, then ranged GetObject calls (``Range: bytes=...``).
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
 import logging
 import os
 import random
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
@@ -58,6 +56,7 @@ import pyarrow.fs
 from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
 from moto.s3.models import FakeKey, FakeMultipart, s3_backends
 
+from ._match import RequestLog
 from ._wire import Armed as _Armed
 from ._wire import Drop as _Drop
 from ._wire import FaultServer, Listening
@@ -138,7 +137,7 @@ def _new_account_id() -> str:
     return os.environ.get("MOTO_ACCOUNT_ID") or str(900_000_000_000 + next(_accounts))
 
 
-class S3FaultEndpoint(Listening):
+class S3FaultEndpoint(RequestLog[RequestRecord], Listening):
     """moto's S3 on ``127.0.0.1:<free port>`` behind a deterministic fault plan.
 
     Start it with ``with S3FaultEndpoint() as ep:`` (or `start`/`stop`). Setup helpers
@@ -229,30 +228,6 @@ class S3FaultEndpoint(Listening):
         """How many times `fault` fired since it was added."""
         with self._lock:
             return sum(armed.fired for armed in self._plan if armed.fault is fault)
-
-    def requests(self, op: str | None = None, *, method: str | None = None,
-                 path: str | None = None, faulted: bool | None = None) -> list[RequestRecord]:
-        """The recorded requests, oldest first, filtered by op, method, path glob, faulted."""
-        with self._lock:
-            records = list(self._record)
-        return [r for r in records
-                if (op is None or r.op == op)
-                and (method is None or r.method == method.upper())
-                and (path is None or fnmatch.fnmatchcase(r.path, path))
-                and (faulted is None or (r.fault is not None) == faulted)]
-
-    def counts(self) -> Counter[str]:
-        """Requests per operation name."""
-        return Counter(r.op for r in self.requests())
-
-    @property
-    def injected(self) -> list[RequestRecord]:
-        """The requests that got a fault."""
-        return self.requests(faulted=True)
-
-    def reset_record(self) -> None:
-        with self._lock:
-            self._record.clear()
 
     def reset(self) -> None:
         """Faults cleared, record emptied, store emptied: a fresh endpoint on the same port."""
