@@ -44,8 +44,8 @@ from .streams import abandon_stream, discard
 from .timeouts import AttemptTimeoutError, in_background, run_with_timeout
 from .watchdog import watch
 
-__all__ = ["CopyTarget", "copy_file_tree", "copy_single_file", "plan_tree", "pump_into",
-           "written_whole"]
+__all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "plan_tree",
+           "prepare_tree", "pump_into", "run_bounded", "written_whole"]
 
 
 class CopyTarget(Protocol):
@@ -76,30 +76,56 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
                    use_threads: bool) -> None:
     """What ``pyarrow.fs._copy_files_selector`` does (the source's directories created, then
     every file copied, ``pyarrow.io_thread_count()`` at a time with ``use_threads``)."""
-    directories, files = plan_tree(source_fs.get_file_info(selector), selector.base_dir,
-                                   destination_base, chunk_size)
-    for directory in directories:
-        handler.create_dir(directory, True)
+    files = prepare_tree(source_fs.get_file_info(selector), selector.base_dir, destination_base,
+                         chunk_size, lambda directory: handler.create_dir(directory, True))
     if not use_threads or len(files) < 2:
         for source, destination, buffer_size, size in files:
             # as Arrow's serial copy: the first file that fails ends it (the guard raises)
             if _copy_file(handler, source_fs, source, destination, buffer_size, size):
                 return
         return
+    failed = run_bounded(files, lambda file, release: _WatchedCopy(
+        handler, source_fs, *file, release).start())
+    if failed:  # an error that escaped a file's copy (its own failures are the guard's)
+        raise failed[0][1]
+
+
+#: ``(source, destination, read size, size)`` of one file of a tree copy (`plan_tree`).
+PlannedFile = tuple[str, str, int, "int | None"]
+
+
+def run_bounded(files: list[PlannedFile],
+                start: Callable[[PlannedFile, Callable[[], None]], Future[None]]
+                ) -> list[tuple[str, Exception]]:
+    """Every file of a threaded tree copy, ``pyarrow.io_thread_count()`` at a time, as Arrow's:
+    ``start(file, release)`` starts one and returns its outcome, calling ``release`` once when
+    its copy ends, however it ends. Every outcome is waited for; the failed ones are returned,
+    ``(destination, error)`` in the listing's order."""
     slots = threading.Semaphore(max(1, pa.io_thread_count()))
-    outcomes = []
-    for source, destination, buffer_size, size in files:
-        slots.acquire()  # given back when the file's copy ends, however it ends
-        copy = _WatchedCopy(handler, source_fs, source, destination, buffer_size, size,
-                            slots.release)
-        outcomes.append(copy.outcome)
-        in_background(copy.run)
-    for outcome in outcomes:
-        outcome.result()
+    running: list[tuple[str, Future[None]]] = []
+    for file in files:
+        slots.acquire()  # given back by the file's ``release``
+        running.append((file[1], start(file, slots.release)))
+    failed: list[tuple[str, Exception]] = []
+    for destination, outcome in running:
+        try:
+            outcome.result()
+        except Exception as exc:  # noqa: BLE001 - every file runs; the caller raises the first
+            failed.append((destination, exc))
+    return failed
+
+
+def prepare_tree(infos: list[pafs.FileInfo], base_dir: str, destination_base: str,
+                 chunk_size: int, create_dir: Callable[[str], None]) -> list[PlannedFile]:
+    """The files of a tree copy (`plan_tree`), once its directories are created, as Arrow's."""
+    directories, files = plan_tree(infos, base_dir, destination_base, chunk_size)
+    for directory in directories:
+        create_dir(directory)
+    return files
 
 
 def plan_tree(infos: list[pafs.FileInfo], base_dir: str, destination_base: str,
-              chunk_size: int) -> tuple[list[str], list[tuple[str, str, int, int | None]]]:
+              chunk_size: int) -> tuple[list[str], list[PlannedFile]]:
     """What Arrow's tree copy makes of a listing: the destination of each source directory
     (not the base itself), and ``(source, destination, read size, size)`` of each file."""
     base = base_dir.rstrip("/")
@@ -161,6 +187,11 @@ class _WatchedCopy:
         self._release = release
         self._ended = threading.Lock()
         self._unverified: list[Exception] = []
+
+    def start(self) -> Future[None]:
+        """The copy started on a pool worker; its `outcome`."""
+        in_background(self.run)
+        return self.outcome
 
     def run(self) -> None:
         try:

@@ -31,10 +31,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Protocol
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .native_copy import plan_tree, pump_into, written_whole
+from .native_copy import PlannedFile, prepare_tree, pump_into, run_bounded, written_whole
 from .redact import redact
 from .streams import ResumableInputFile
 from .timeouts import in_background
@@ -62,40 +61,31 @@ def download_single_file(handler: DownloadSource, source: str, destination_fs: p
 def download_file_tree(handler: DownloadSource, selector: pafs.FileSelector,
                        destination_fs: pafs.FileSystem, destination_base: str, chunk_size: int,
                        use_threads: bool) -> None:
-    """What ``pyarrow.fs._copy_files_selector`` does (each source directory created, then
-    every file copied, ``pyarrow.io_thread_count()`` at a time with ``use_threads``)."""
-    directories, files = plan_tree(handler.get_file_info_selector(selector), selector.base_dir,
-                                   destination_base, chunk_size)
-    for directory in directories:
-        destination_fs.create_dir(directory, recursive=True)
+    """A tree downloaded as `retryfs.native_copy.copy_file_tree` copies one (Arrow's order:
+    directories, then files, serial or ``pyarrow.io_thread_count()`` at a time)."""
+    files = prepare_tree(handler.get_file_info_selector(selector), selector.base_dir,
+                         destination_base, chunk_size,
+                         functools.partial(destination_fs.create_dir, recursive=True))
     if not use_threads or len(files) < 2:
         for source, destination, buffer_size, _ in files:
             _download(handler, source, destination_fs, destination, buffer_size)  # 1st raises
         return
-    slots = threading.Semaphore(max(1, pa.io_thread_count()))
-    running: list[tuple[str, Future[None]]] = []
-    for source, destination, buffer_size, _ in files:
-        slots.acquire()  # given back when the file's copy ends, however it ends
-        copy = functools.partial(_download, handler, source, destination_fs, destination,
-                                 buffer_size)
-        running.append((destination, in_background(_released(slots, copy))))
-    failed: list[tuple[str, Exception]] = []
-    for destination, future in running:
-        try:
-            future.result()
-        except Exception as exc:  # noqa: BLE001 - every file runs; the first failure is raised
-            failed.append((destination, exc))
-    _raise_first(failed)
+    _raise_first(run_bounded(files, functools.partial(_start_download, handler,
+                                                      destination_fs)))
 
 
-def _released(slots: threading.Semaphore, fn: Callable[[], None]) -> Callable[[], None]:
+def _start_download(handler: DownloadSource, destination_fs: pafs.FileSystem,
+                    file: PlannedFile, release: Callable[[], None]) -> Future[None]:
+    """One file's download on a pool worker; ``release`` once it ends, however it ends."""
+    source, destination, buffer_size, _ = file
+
     def run() -> None:
         try:
-            fn()
+            _download(handler, source, destination_fs, destination, buffer_size)
         finally:
-            slots.release()
+            release()
 
-    return run
+    return in_background(run)
 
 
 def _download(handler: DownloadSource, source: str, destination_fs: pafs.FileSystem,
