@@ -25,7 +25,6 @@ import http.client
 import itertools
 import json
 import logging
-import random
 import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -34,10 +33,10 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.sax.saxutils import escape
 
-from ._match import RequestLog, rule_matches
+from ._match import rule_matches
+from ._plan import PlanAndRecord
 from ._wire import (
     RAW_HEADERS,
-    Armed,
     Drop,
     FaultServer,
     Listening,
@@ -382,7 +381,7 @@ class HttpFault:
         return cls("delay", seconds=seconds, **match)
 
 
-class HttpFaultProxy(RequestLog[HttpRecord], Listening):
+class HttpFaultProxy(PlanAndRecord[HttpFault, HttpRecord], Listening):
     """A loopback reverse proxy to `upstream` (``http://host:port``) with a fault plan.
 
     `dialect` (`GCS`, `AZURE`, or a `Dialect` of your own) names operations and shapes error
@@ -400,9 +399,7 @@ class HttpFaultProxy(RequestLog[HttpRecord], Listening):
         self.timeout = timeout
         self.upstream = upstream
         self._address = (host, port)
-        self._lock = threading.Lock()
-        self._plan: list[Armed] = []
-        self._record: list[HttpRecord] = []
+        super().__init__()
         self._seq = itertools.count(1)
         self._stopping = threading.Event()
         self._server: FaultServer | None = None
@@ -457,23 +454,7 @@ class HttpFaultProxy(RequestLog[HttpRecord], Listening):
         if unknown:
             raise ValueError(f"op: unknown {self.dialect.name} operation(s) {unknown}; "
                              f"known: {sorted(known)}")
-        with self._lock:
-            self._plan.append(Armed(fault, random.Random(fault.seed)))
-        return fault
-
-    def clear_faults(self) -> None:
-        with self._lock:
-            self._plan.clear()
-
-    @property
-    def faults(self) -> tuple[HttpFault, ...]:
-        with self._lock:
-            return tuple(armed.fault for armed in self._plan)
-
-    def fired(self, fault: HttpFault) -> int:
-        """How many times `fault` fired since it was added."""
-        with self._lock:
-            return sum(armed.fired for armed in self._plan if armed.fault is fault)
+        return super().add_fault(fault)
 
     def reset(self) -> None:
         """Faults cleared, record emptied (the upstream store keeps its data)."""

@@ -45,7 +45,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -56,8 +55,7 @@ import pyarrow.fs
 from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
 from moto.s3.models import FakeKey, FakeMultipart, s3_backends
 
-from ._match import RequestLog
-from ._wire import Armed as _Armed
+from ._plan import PlanAndRecord
 from ._wire import Drop as _Drop
 from ._wire import FaultServer, Listening
 from ._wire import request_id as _request_id
@@ -137,7 +135,7 @@ def _new_account_id() -> str:
     return os.environ.get("MOTO_ACCOUNT_ID") or str(900_000_000_000 + next(_accounts))
 
 
-class S3FaultEndpoint(RequestLog[RequestRecord], Listening):
+class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
     """moto's S3 on ``127.0.0.1:<free port>`` behind a deterministic fault plan.
 
     Start it with ``with S3FaultEndpoint() as ep:`` (or `start`/`stop`). Setup helpers
@@ -152,9 +150,7 @@ class S3FaultEndpoint(RequestLog[RequestRecord], Listening):
         self.max_stall = max_stall
         self.account_id = _new_account_id()
         self._address = (host, port)
-        self._lock = threading.Lock()
-        self._plan: list[_Armed] = []
-        self._record: list[RequestRecord] = []
+        super().__init__()
         self._seq = itertools.count(1)
         self._stopping = threading.Event()
         self._server: FaultServer | None = None
@@ -202,32 +198,12 @@ class S3FaultEndpoint(RequestLog[RequestRecord], Listening):
 
     # -- the plan and the record ---------------------------------------------------------------
 
-    def add_fault(self, fault: S3Fault) -> S3Fault:
-        """Append `fault` to the plan (after the rules already there); returns it."""
-        with self._lock:
-            self._plan.append(_Armed(fault, random.Random(fault.seed)))
-        return fault
-
     def release_stalls(self) -> None:
         """End every stall under way now: each one's connection is reset, as when its time is
         up (a test that has its answer need not wait out the stall it abandoned)."""
         with self._lock:
             ending, self._stopping = self._stopping, threading.Event()
         ending.set()
-
-    def clear_faults(self) -> None:
-        with self._lock:
-            self._plan.clear()
-
-    @property
-    def faults(self) -> tuple[S3Fault, ...]:
-        with self._lock:
-            return tuple(armed.fault for armed in self._plan)
-
-    def fired(self, fault: S3Fault) -> int:
-        """How many times `fault` fired since it was added."""
-        with self._lock:
-            return sum(armed.fired for armed in self._plan if armed.fault is fault)
 
     def reset(self) -> None:
         """Faults cleared, record emptied, store emptied: a fresh endpoint on the same port."""
