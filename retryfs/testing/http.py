@@ -27,13 +27,13 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.sax.saxutils import escape
 
-from ._match import rule_matches
+from ._match import FaultRule
 from ._plan import PlanAndRecord
 from ._wire import (
     RAW_HEADERS,
@@ -250,65 +250,21 @@ GCS = GcsDialect()
 AZURE = AzureDialect()
 
 
-@dataclass(frozen=True, eq=False)
-class HttpFault:
+@dataclass(frozen=True, eq=False, repr=False)  # FaultRule's repr
+class HttpFault(FaultRule):
     """One rule of a fault plan (the fields of `S3Fault`; `code`/`message` default to the
     dialect's usual ones for `status`). Build one with the constructors, which take the matching
     fields (`op`, `method`, `path`, `query`, `when`) and the firing ones (`nth`, `times`,
     `probability`, `seed`) as keywords."""
 
+    KINDS: ClassVar[frozenset[str]] = _KINDS
     kind: FaultKind
-    status: int = 500
-    code: str | None = None
-    message: str | None = None
-    retry_after: float | None = None
-    seconds: float = 0.0
-    keep_bytes: int | None = None
-    applied: bool = False
-    op: str | Collection[str] | None = None
-    method: str | None = None
-    path: str | re.Pattern[str] | None = None
-    query: Mapping[str, str | int | bool] | None = None
     when: Callable[[HttpRequest], bool] | None = None
-    nth: int | None = None
-    times: int | None = None
-    probability: float | None = None
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"kind: {self.kind!r} is not one of {sorted(_KINDS)}")
-        if self.nth is not None and self.nth < 1:
-            raise ValueError(f"nth: must be >= 1, got {self.nth}")
-        if self.times is not None and self.times < 0:
-            raise ValueError(f"times: must be >= 0, got {self.times}")
-        if self.probability is not None and not 0.0 <= self.probability <= 1.0:
-            raise ValueError(f"probability: must be in [0, 1], got {self.probability}")
-        if self.seconds < 0:
-            raise ValueError(f"seconds: must be >= 0, got {self.seconds}")
-        if self.keep_bytes is not None and self.keep_bytes < 0:
-            raise ValueError(f"keep_bytes: must be >= 0, got {self.keep_bytes}")
+        super().__post_init__()
         if not 100 <= self.status <= 599:
             raise ValueError(f"status: must be an HTTP status (100..599), got {self.status}")
-
-    @property
-    def ops(self) -> frozenset[str]:
-        if self.op is None:
-            return frozenset()
-        return frozenset([self.op] if isinstance(self.op, str) else self.op)
-
-    def __repr__(self) -> str:
-        what = {"error": f"{self.status} {self.code or ''}".rstrip(),
-                "stall": f"stall {self.seconds:g}s", "delay": f"delay {self.seconds:g}s"}
-        where = [f"{name}={value!r}" for name in ("op", "method", "path", "query", "nth",
-                                                   "times", "probability")
-                 if (value := getattr(self, name)) is not None]
-        sep = ", " if where else ""
-        return f"HttpFault({what.get(self.kind, self.kind)}{sep}{', '.join(where)})"
-
-    def matches(self, request: HttpRequest) -> bool:
-        """Whether `request` is one this rule applies to (firing aside)."""
-        return rule_matches(self, request)
 
     # -- constructors ----------------------------------------------------------------------------
 
@@ -358,27 +314,6 @@ class HttpFault:
     def conflict(cls, code: str | None = None, **match: Any) -> HttpFault:
         """409: permanent."""
         return cls.error(409, code, **match)
-
-    @classmethod
-    def reset(cls, **match: Any) -> HttpFault:
-        """The connection is reset (TCP RST) once the request is read, before any response."""
-        return cls("reset", **match)
-
-    @classmethod
-    def truncate(cls, keep_bytes: int | None = None, **match: Any) -> HttpFault:
-        """The store answers; the headers go out with the full Content-Length, then only
-        `keep_bytes` of the body (default: half) and the connection closes."""
-        return cls("truncate", keep_bytes=keep_bytes, **match)
-
-    @classmethod
-    def stall(cls, seconds: float = 30.0, **match: Any) -> HttpFault:
-        """No answer for `seconds` (bounded by the proxy's `max_stall`), then a reset."""
-        return cls("stall", seconds=seconds, **match)
-
-    @classmethod
-    def delay(cls, seconds: float, **match: Any) -> HttpFault:
-        """A slow but successful answer: wait `seconds` (bounded likewise), then forward."""
-        return cls("delay", seconds=seconds, **match)
 
 
 class HttpFaultProxy(PlanAndRecord[HttpFault, HttpRecord], Listening):

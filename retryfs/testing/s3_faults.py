@@ -5,11 +5,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from ._match import rule_matches
+from ._match import FaultRule
 
 __all__ = ["OPERATIONS", "FaultKind", "RequestRecord", "S3Fault", "S3Request", "operation_name"]
 
@@ -123,8 +123,8 @@ _ERROR_MESSAGES = {
 }
 
 
-@dataclass(frozen=True, eq=False)
-class S3Fault:
+@dataclass(frozen=True, eq=False, repr=False)  # FaultRule's repr
+class S3Fault(FaultRule):
     """One rule of a fault plan: which requests it matches, when it fires, what it does.
 
     Matching (all given conditions must hold): `op` (one name or several, see
@@ -140,60 +140,24 @@ class S3Fault:
     matching and firing fields as keywords.
     """
 
+    KINDS: ClassVar[frozenset[str]] = _KINDS
     kind: FaultKind
-    status: int = 500
     code: str = "InternalError"
     message: str = ""
-    retry_after: float | None = None
-    seconds: float = 0.0
-    keep_bytes: int | None = None
-    applied: bool = False
-    op: str | Collection[str] | None = None
-    method: str | None = None
-    path: str | re.Pattern[str] | None = None
-    query: Mapping[str, str | int | bool] | None = None
     when: Callable[[S3Request], bool] | None = None
-    nth: int | None = None
-    times: int | None = None
-    probability: float | None = None
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"kind: {self.kind!r} is not one of {sorted(_KINDS)}")
+        super().__post_init__()
         for op in self.ops:
             if op not in OPERATIONS and not _GENERIC_OP.fullmatch(op):
                 raise ValueError(f"op: unknown S3 operation {op!r}; known: {sorted(OPERATIONS)}")
-        if self.nth is not None and self.nth < 1:
-            raise ValueError(f"nth: must be >= 1, got {self.nth}")
-        if self.times is not None and self.times < 0:
-            raise ValueError(f"times: must be >= 0, got {self.times}")
-        if self.probability is not None and not 0.0 <= self.probability <= 1.0:
-            raise ValueError(f"probability: must be in [0, 1], got {self.probability}")
-        if self.seconds < 0:
-            raise ValueError(f"seconds: must be >= 0, got {self.seconds}")
-        if self.keep_bytes is not None and self.keep_bytes < 0:
-            raise ValueError(f"keep_bytes: must be >= 0, got {self.keep_bytes}")
         if not self.message and self.kind in ("error", "error_in_200"):
             object.__setattr__(self, "message", _ERROR_MESSAGES.get(self.code, self.code))
 
-    @property
-    def ops(self) -> frozenset[str]:
-        if self.op is None:
-            return frozenset()
-        return frozenset([self.op] if isinstance(self.op, str) else self.op)
-
-    def __repr__(self) -> str:
-        what = {"error": f"{self.status} {self.code}", "error_in_200": f"200 <Error>{self.code}",
-                "stall": f"stall {self.seconds:g}s", "delay": f"delay {self.seconds:g}s"}
-        where = [f"{name}={value!r}" for name in ("op", "method", "path", "query", "nth",
-                                                   "times", "probability")
-                 if (value := getattr(self, name)) is not None]
-        return f"S3Fault({what.get(self.kind, self.kind)}{', ' if where else ''}{', '.join(where)})"
-
-    def matches(self, request: S3Request) -> bool:
-        """Whether `request` is one this rule applies to (firing aside)."""
-        return rule_matches(self, request)
+    def _effect(self) -> str:
+        if self.kind == "error_in_200":
+            return f"200 <Error>{self.code}"
+        return super()._effect()
 
     # -- constructors: `match` takes the matching and firing fields above -------------------
 
@@ -246,25 +210,3 @@ class S3Fault:
         a copy) fails after it started answering. Matches CompleteMultipartUpload by default."""
         match.setdefault("op", "CompleteMultipartUpload")
         return cls("error_in_200", status=200, code=code, message=message, **match)
-
-    @classmethod
-    def reset(cls, **match: Any) -> S3Fault:
-        """The connection is reset (TCP RST) once the request is read, before any response."""
-        return cls("reset", **match)
-
-    @classmethod
-    def truncate(cls, keep_bytes: int | None = None, **match: Any) -> S3Fault:
-        """moto answers, the headers go out with the full Content-Length, then only `keep_bytes`
-        of the body (default: half) and the connection closes. Needs a response with a body."""
-        return cls("truncate", keep_bytes=keep_bytes, **match)
-
-    @classmethod
-    def stall(cls, seconds: float = 30.0, **match: Any) -> S3Fault:
-        """No answer for `seconds` (bounded by the endpoint's `max_stall`, cut short by `stop`),
-        then the connection is reset: longer than the client's timeout, it sees a timeout."""
-        return cls("stall", seconds=seconds, **match)
-
-    @classmethod
-    def delay(cls, seconds: float, **match: Any) -> S3Fault:
-        """A slow but successful answer: wait `seconds` (bounded likewise), then serve."""
-        return cls("delay", seconds=seconds, **match)
