@@ -22,6 +22,7 @@ from .classify import ErrorClassifier
 from .commits import FailedCommits, install_copy_files_guard
 from .config import OPTIONS, WrapperConfig, check_operation_names
 from .engine import Retrier
+from .errors import UnfinishedDeleteError
 from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
 from .native import resends_by_itself, with_native_attempts
@@ -66,6 +67,36 @@ def _is_missing(exc: BaseException) -> bool:
     # pyarrow's native S3 raises a plain OSError for a key that is gone in some calls (a
     # CopyObject of a moved source: "AWS Error NO_SUCH_KEY during CopyObject operation").
     return isinstance(exc, FileNotFoundError) or "AWS Error NO_SUCH_KEY" in str(exc)
+
+
+#: pyarrow AzureFileSystem's errors (plain OSErrors) when sub-requests of its batch delete
+#: (``delete_dir``, ``delete_dir_contents``) failed, for one blob and for several. When the
+#: Azure SDK re-sends by itself a batch that was applied and whose answer was lost, every
+#: sub-request of the re-send is a 404 for a blob the first send deleted.
+BATCH_DELETE_FAILED = ("Failed to delete a blob: ", "Failed to delete blobs: ")
+
+
+def _not_there(exc: BaseException) -> bool:
+    """Whether ``exc`` says what a delete was deleting is not there (any more)."""
+    return _is_missing(exc) or any(text in str(exc) for text in BATCH_DELETE_FAILED)
+
+
+def _unless(fn: Any, done: Any) -> Any:
+    """``fn`` whose error is success when ``done(error)``: for a client that re-sends a request
+    by itself, whose "not found" for this call's own change reaches retryfs's *first* attempt
+    (where the engine's ``reconcile`` is not asked). ``done`` runs outside the ``except``
+    block: its own errors must not carry this one as their context (classification walks it)."""
+
+    def attempt(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - raised again unless done() proves success
+            error = exc
+        if done(error):
+            return None
+        raise error
+
+    return attempt
 
 
 def holds(dest: pafs.FileInfo, source: pafs.FileInfo) -> bool:
@@ -284,21 +315,61 @@ class RetryingHandler(pafs.FileSystemHandler):
         self._call("create_dir", path, self.inner.create_dir, path, recursive=recursive,
                    reconcile=exists_now)
 
+    def _was_directory(self, path: str) -> bool:
+        """Before the first attempt, on a client that re-sends by itself: whether ``path`` is
+        a directory (one metadata call), the proof that a "not found" later is this call's."""
+        return self._info(path).type == pafs.FileType.Directory
+
     def delete_dir(self, path: str) -> None:
-        self._call("delete_dir", path, self.inner.delete_dir, path, reconcile=_is_missing)
+        if not self._resends_by_itself:  # the happy path: one try
+            self._call("delete_dir", path, self.inner.delete_dir, path, reconcile=_is_missing)
+            return
+        # The client's own re-send of a delete whose answer was lost (of one object on GCS,
+        # of the batch on Azure) fails retryfs's first attempt with a "not found".
+        existed = self._was_directory(path)
+
+        def deleted_here(exc: BaseException) -> bool:
+            if not (_not_there(exc) and existed):
+                return False
+            return self._gone_or_unfinished(path, exc, self._info(path).type
+                                            == pafs.FileType.NotFound)
+
+        # every attempt's "not found" is judged by deleted_here: no reconcile of retries
+        self._call("delete_dir", path, _unless(self.inner.delete_dir, deleted_here), path)
 
     def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
         def emptied(exc: BaseException) -> bool:
             # An object store has no empty directories: once an earlier attempt deleted what
             # was under ``path``, the directory itself is gone and the retry finds nothing.
-            if not _is_missing(exc):
+            if not _not_there(exc):
                 return False
             selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
             return not self._call("get_file_info_selector", path, self.inner.get_file_info,
                                   selector)
 
-        self._call("delete_dir_contents", path, self.inner.delete_dir_contents, path,
-                   missing_dir_ok=missing_dir_ok, reconcile=emptied)
+        delete = self.inner.delete_dir_contents
+        if self._resends_by_itself:  # as in delete_dir: a "not found" on the first attempt
+            existed = self._was_directory(path)
+
+            def emptied_here(exc: BaseException) -> bool:
+                return (_not_there(exc) and existed
+                        and self._gone_or_unfinished(path, exc, emptied(exc)))
+
+            delete = _unless(delete, emptied_here)
+        self._call("delete_dir_contents", path, delete, path, missing_dir_ok=missing_dir_ok,
+                   reconcile=emptied)
+
+    @staticmethod
+    def _gone_or_unfinished(path: str, exc: BaseException, gone: bool) -> bool:
+        """A directory that existed, whose delete met a "not found": done when ``gone``; when
+        not, a FileNotFoundError stopped the delete half-way (the rest is retried, as an
+        `UnfinishedDeleteError`), and any other error (a batch that refused some blobs) is
+        raised as it came."""
+        if gone:
+            return True
+        if isinstance(exc, FileNotFoundError):
+            raise UnfinishedDeleteError(path, exc)
+        return False
 
     def delete_root_dir_contents(self) -> None:
         self._call("delete_root_dir_contents", "/", self.inner.delete_dir_contents, "/",
@@ -317,14 +388,8 @@ class RetryingHandler(pafs.FileSystemHandler):
             return (_is_missing(exc) and before.type == pafs.FileType.File
                     and self._info(path).type == pafs.FileType.NotFound)
 
-        def delete(path: str) -> None:
-            try:
-                self.inner.delete_file(path)
-            except Exception as exc:
-                if not deleted_here(exc):
-                    raise
-
-        self._call("delete_file", path, delete, path, reconcile=deleted_here)
+        self._call("delete_file", path, _unless(self.inner.delete_file, deleted_here), path,
+                   reconcile=deleted_here)
 
     def move(self, src: str, dest: str) -> None:
         # What the source was before the first attempt: the only proof that a retry which
@@ -338,8 +403,10 @@ class RetryingHandler(pafs.FileSystemHandler):
                                              self.inner.get_file_info, [src, dest])
             return src_info.type == pafs.FileType.NotFound and holds(dest_info, before)
 
-        self._call("move", f"{src} -> {dest}", self.inner.move, src, dest,
-                   reconcile=moved_already)
+        move = self.inner.move
+        if self._resends_by_itself:  # its own re-send of the source's lost DELETE: a 404
+            move = _unless(move, moved_already)
+        self._call("move", f"{src} -> {dest}", move, src, dest, reconcile=moved_already)
 
     def copy_file(self, src: str, dest: str) -> None:
         self._call("copy_file", f"{src} -> {dest}", self.inner.copy_file, src, dest)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CommitNotVisibleError", "InnerFileClosedError"]
+__all__ = ["CommitNotVisibleError", "InnerFileClosedError", "UnfinishedDeleteError"]
 
 
 class CommitNotVisibleError(OSError):
@@ -19,3 +19,20 @@ class InnerFileClosedError(ConnectionError):
 
     Transient by classification (a `ConnectionError`): the file is reopened at the same offset.
     """
+
+
+class UnfinishedDeleteError(ConnectionError):
+    """A directory delete stopped at an object it found gone ("not found" on one DELETE) and
+    left the rest: on a client that re-sends by itself, the 404 of its own re-send of a DELETE
+    whose answer was lost (pyarrow's `GcsFileSystem` stops there, before the directory's
+    marker). The directory existed when the call began and is still there.
+
+    Transient by classification (a `ConnectionError`): the delete is retried, and the retry
+    deletes what is left. ``original`` is the client's own error.
+    """
+
+    def __init__(self, path: str, original: BaseException) -> None:
+        # the original's text stays out of this one's: its "not found" would classify it
+        super().__init__(f"{path!r} is not deleted yet: a {type(original).__name__} on one "
+                         "of its objects stopped the delete half-way")
+        self.original = original

@@ -130,6 +130,191 @@ def test_gcsfs_delete_of_an_object_that_never_existed_still_raises(gcs_fault_end
     assert ep.requests("objects.delete") == []  # the look before found nothing: no DELETE
 
 
+# -- delete_dir, delete_dir_contents, move: the same re-send, inside a composite operation ------
+
+TREE = ("d/a", "d/b", "d/sub/c", "other")
+
+
+def _put_tree(ep, bucket):
+    for key in TREE:
+        ep.put_object(bucket, key, b"x" * 100)
+
+
+#: What each directory delete leaves: pyarrow's Azure delete_dir_contents keeps (writes) the
+#: directory's marker blob ``d/``, as it does unfaulted.
+AZURE_LEFT = {"delete_dir": ["other"], "delete_dir_contents": ["d/", "other"]}
+
+
+@pytest.mark.slow  # the Azure C++ SDK waits 0.8 s before its own re-send
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("operation", ["delete_dir", "delete_dir_contents"])
+@pytest.mark.parametrize("blobs", [TREE, ("d/a", "other")], ids=["three-blobs", "one-blob"])
+def test_pyarrow_azure_directory_delete_whose_batch_was_applied_then_lost_is_success(
+        operation, blobs, azure_fault_endpoint, azure_fault_container):
+    """pyarrow deletes a directory's blobs in one batch request; the SDK re-sends it by itself
+    when its answer is lost, and every DeleteBlob of the re-send is a 404, which pyarrow
+    raised as ``OSError: Failed to delete blobs`` (``a blob``, for one) for a delete that was
+    done."""
+    ep, container = azure_fault_endpoint, azure_fault_container
+    for key in blobs:
+        ep.put_object(container, key, b"x" * 100)
+    fs = wrapped(ep.pyarrow_fs())
+    fault = ep.add_fault(HttpFault.reset(applied=True, op="SubmitBatch", times=1))
+    getattr(fs, operation)(f"{container}/d")
+    assert ep.fired(fault) == 1
+    assert ops(ep, "SubmitBatch") == [("SubmitBatch", None), ("SubmitBatch", 202)]
+    assert ep.keys(container) == AZURE_LEFT[operation]
+    stats = fs.stats.snapshot()
+    assert stats["retries"] == 0 and stats["giveups"] == 0, stats
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("operation", ["delete_dir", "delete_dir_contents"])
+@pytest.mark.parametrize(("leased", "text"), [(("d/b",), "Failed to delete a blob: d/b"),
+                                              (("d/a", "d/b"), "Failed to delete blobs: ")],
+                         ids=["one-refused", "two-refused"])
+def test_pyarrow_azure_directory_delete_whose_batch_left_blobs_still_raises(
+        operation, leased, text, azure_fault_endpoint, azure_fault_container):
+    """The same error texts from a batch that did not delete everything (a lease refuses a
+    blob's DeleteBlob): the blob is still listed, so it is an error, as pyarrow said."""
+    ep, container = azure_fault_endpoint, azure_fault_container
+    _put_tree(ep, container)
+    leases = [ep._service().get_blob_client(container, key).acquire_lease() for key in leased]
+    fs = wrapped(ep.pyarrow_fs())
+    try:
+        with pytest.raises(OSError, match=text):
+            getattr(fs, operation)(f"{container}/d")
+    finally:
+        for lease in leases:
+            lease.release()
+    assert ops(ep, "SubmitBatch") == [("SubmitBatch", 202)]  # once: not retried
+    assert set(leased) <= set(ep.keys(container)) and "d/sub/c" not in ep.keys(container)
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("operation", ["delete_dir", "delete_dir_contents"])
+def test_pyarrow_azure_directory_delete_of_a_directory_that_never_existed_still_raises(
+        operation, azure_fault_endpoint, azure_fault_container):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    fs = wrapped(ep.pyarrow_fs())
+    with pytest.raises(FileNotFoundError):
+        getattr(fs, operation)(f"{container}/never")
+    assert ep.requests("SubmitBatch") == []
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_pyarrow_azure_move_on_a_flat_namespace_is_a_clear_error_that_changes_nothing(
+        azure_fault_endpoint, azure_fault_container):
+    """pyarrow cannot move on an account without a hierarchical namespace (Azurite has none):
+    the error is pyarrow's own, raised once, and neither path is touched."""
+    ep, container = azure_fault_endpoint, azure_fault_container
+    ep.put_object(container, "src", b"s" * 100)
+    fs = wrapped(ep.pyarrow_fs())
+    with pytest.raises(NotImplementedError, match="Hierarchical Namespace"):
+        fs.move(f"{container}/src", f"{container}/dest")
+    assert ep.get_object(container, "src") == b"s" * 100
+    assert ep.keys(container) == ["src"]
+    assert ep.requests(("CopyBlob", "PutBlob", "DeleteBlob", "SubmitBatch")) == []
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+def _gcs_with_its_own_retries(ep):
+    return RetryingFileSystem(ep.pyarrow_fs(retry_time_limit=60.0), FAST, budget=False)
+
+
+@pytest.mark.slow  # google-cloud-cpp waits about a second before its own re-send
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("operation", ["delete_dir", "delete_dir_contents"])
+def test_pyarrow_gcs_with_its_own_retries_directory_delete_applied_then_lost_is_success(
+        operation, gcs_fault_endpoint, gcs_fault_bucket):
+    """pyarrow deletes a directory object by object; google-cloud-cpp re-sends the DELETE of
+    one whose answer was lost and raised its 404 (FileNotFoundError) for the whole call.
+    ``delete_dir`` stops there, before the directory's marker (which pyarrow's create_dir
+    writes and deletes last): retryfs retries, and the retry deletes the marker."""
+    ep, bucket = gcs_fault_endpoint, gcs_fault_bucket
+    _put_tree(ep, bucket)
+    ep.put_object(bucket, "d/", b"")
+    fs = _gcs_with_its_own_retries(ep)
+    fault = ep.add_fault(HttpFault.reset(applied=True, op="objects.delete",
+                                         path=f"{bucket}/d/a", times=1))
+    getattr(fs, operation)(f"{bucket}/d")
+    assert ep.fired(fault) == 1
+    assert [r.status for r in ep.requests("objects.delete", path=f"{bucket}/d/a")] == [
+        None, 404]  # the client's own re-send
+    # delete_dir_contents keeps the directory (its marker), as it does unfaulted
+    assert ep.keys(bucket) == (["other"] if operation == "delete_dir" else ["d/", "other"])
+    stats = fs.stats.snapshot()
+    assert stats["giveups"] == 0, stats
+    assert stats["retries"] == (1 if operation == "delete_dir" else 0), stats
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_pyarrow_gcs_with_its_own_retries_move_whose_source_delete_was_lost_is_success(
+        gcs_fault_endpoint, gcs_fault_bucket):
+    """pyarrow moves by a copy and a delete of the source; google-cloud-cpp re-sends the
+    source's DELETE whose answer was lost, and its 404 failed a move that was done."""
+    ep, bucket = gcs_fault_endpoint, gcs_fault_bucket
+    ep.put_object(bucket, "src", b"s" * 100)
+    fs = _gcs_with_its_own_retries(ep)
+    fault = ep.add_fault(HttpFault.reset(applied=True, op="objects.delete", times=1))
+    fs.move(f"{bucket}/src", f"{bucket}/dest")
+    assert ep.fired(fault) == 1
+    assert ops(ep, "objects.rewrite", "objects.delete") == [
+        ("objects.rewrite", 200), ("objects.delete", None), ("objects.delete", 404)]
+    assert ep.keys(bucket) == ["dest"] and ep.get_object(bucket, "dest") == b"s" * 100
+    stats = fs.stats.snapshot()
+    assert stats["retries"] == 0 and stats["giveups"] == 0, stats
+
+
+@pytest.mark.timeout(60)
+def test_pyarrow_gcs_with_its_own_retries_move_of_a_source_that_never_existed_still_raises(
+        gcs_fault_endpoint, gcs_fault_bucket):
+    ep, bucket = gcs_fault_endpoint, gcs_fault_bucket
+    ep.put_object(bucket, "dest", b"old")
+    fs = _gcs_with_its_own_retries(ep)
+    with pytest.raises(OSError, match="does not exist"):  # pyarrow's own words
+        fs.move(f"{bucket}/never", f"{bucket}/dest")
+    assert ep.get_object(bucket, "dest") == b"old"
+    assert ep.requests(("objects.rewrite", "objects.copy", "objects.delete")) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("name", "extra"), [
+    ("pyarrow_azure", ["ListBlobs"]),
+    ("pyarrow_gcs", []),  # native_attempts=1: it does not re-send
+    ("pyarrow_gcs_own_retries", ["objects.get", "objects.list"]),
+])
+@pytest.mark.parametrize("operation", ["delete_dir", "delete_dir_contents"])
+def test_what_a_directory_delete_costs_on_the_happy_path(
+        name, extra, operation, gcs_fault_endpoint, gcs_fault_bucket, azure_fault_endpoint,
+        azure_fault_container):
+    """The requests of one directory delete, wrapped and not: the same, plus one look at the
+    directory before it (pyarrow's `get_file_info`) on a client that re-sends by itself."""
+    ep, bucket = ((gcs_fault_endpoint, gcs_fault_bucket) if "gcs" in name
+                  else (azure_fault_endpoint, azure_fault_container))
+    own = {"retry_time_limit": 60.0} if name.endswith("own_retries") else {}
+
+    def requests(fs):
+        _put_tree(ep, bucket)
+        ep.put_object(bucket, "d/", b"")  # a marker: pyarrow GCS's delete_dir raises without
+        ep.reset_record()
+        getattr(fs, operation)(f"{bucket}/d")
+        assert "d/a" not in ep.keys(bucket)
+        return sorted(r.op for r in ep.requests())
+
+    inner = ep.pyarrow_fs(**own)
+    requests(inner)  # a first one: the client's one-time probes
+    bare = requests(inner)
+    fs = RetryingFileSystem(ep.pyarrow_fs(**own), FAST, budget=False,
+                            native_attempts=None if own else 1)
+    requests(fs)
+    assert requests(fs) == sorted(bare + extra), bare
+    assert fs.stats.snapshot()["retries"] == 0
+
+
 def _delete_requests(ep, bucket, fs, *, racy_info=False):
     """The requests of one delete_file. ``racy_info``: gcsfs's ``info`` races the object's GET
     against a directory probe (a listing, which when empty GETs the object again) and cancels

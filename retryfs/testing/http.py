@@ -184,8 +184,8 @@ class AzureDialect(Dialect):
     send_continue = False  # the Azure C++ SDK sends its body at once and reads no interim 100
     announce_close = False  # the Azure C++ SDK drops the body of a "Connection: close" answer
     operations = frozenset("""ListContainers GetServiceProperties GetAccountInfo CreateContainer
-        DeleteContainer GetContainerProperties ListBlobs PutBlob PutBlock PutBlockList
-        GetBlockList CopyBlob GetBlob GetBlobProperties DeleteBlob SetBlobMetadata
+        DeleteContainer GetContainerProperties GetAccessControl ListBlobs SubmitBatch PutBlob
+        PutBlock PutBlockList GetBlockList CopyBlob GetBlob GetBlobProperties DeleteBlob SetBlobMetadata
         SetBlobProperties AppendBlock""".split())
     codes = {
         400: ("InvalidInput", "One of the request inputs is not valid."),
@@ -216,6 +216,10 @@ class AzureDialect(Dialect):
         if not blob:
             if comp == "list":
                 return path, "ListBlobs"
+            if comp == "batch":  # a POST of many requests in one body (pyarrow's deletes)
+                return path, "SubmitBatch"
+            if query.get("action") == "getAccessControl":  # the hierarchical-namespace probe
+                return path, "GetAccessControl"
             return path, {"PUT": "CreateContainer", "DELETE": "DeleteContainer"}.get(
                 method, "GetContainerProperties")
         if method == "PUT":
