@@ -94,14 +94,8 @@ def abandon_stream(stream: Any) -> None:
     """
     if hasattr(stream, "discard"):
         discard(stream)
-    else:
-        with _kept_lock:
-            _kept_forever.append(stream)
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(stream))  # survives interpreter exit too
-
-
-_kept_forever: list[Any] = []
-_kept_lock = threading.Lock()
+    else:  # a reference never given back: not even the interpreter's exit destroys it
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(stream))
 
 #: ``(operation, bytes in flight) -> seconds``: the per-attempt timeout of a write, flush or
 #: close (``None``: the attempt runs on the caller's thread, unbounded).
@@ -109,13 +103,13 @@ AttemptTimeout = Callable[[str, int], "float | None"]
 
 
 class _Sink:
-    """One inner stream and how many of the caller's bytes it has been given."""
+    """One inner stream, and how many bytes a replay wrote into it."""
 
-    __slots__ = ("stream", "given", "closed")
+    __slots__ = ("stream", "replayed", "closed")
 
-    def __init__(self, stream: _Writable, given: int = 0) -> None:
+    def __init__(self, stream: _Writable) -> None:
         self.stream = stream
-        self.given = given
+        self.replayed = 0  # the write whose attempt replayed finds its own bytes among them
         self.closed = False
 
 
@@ -202,8 +196,9 @@ class ReplayableOutputStream(io.RawIOBase):
         try:
             with self._lock:
                 if self._failed:  # a write already gave up: never commit a partial object
-                    if self._sink is not None:
-                        discard(self._sink.stream)
+                    if self._sink is not None:  # its last attempt never started: the stream
+                        # is healthy, and closing it would commit what it holds (a prefix)
+                        abandon_stream(self._sink.stream)
                     return
                 try:
                     self._guarded("close", self._commit, self._size)
@@ -232,10 +227,9 @@ class ReplayableOutputStream(io.RawIOBase):
                           "it cannot be written to")
 
     def _write_through(self, sink: _Sink, view: memoryview) -> None:
-        if sink.given == self._size:  # a replay already wrote these bytes
+        if sink.replayed == self._size:  # this attempt's replay wrote these bytes already
             return
         sink.stream.write(view)
-        sink.given += len(view)
 
     def _commit(self, sink: _Sink) -> None:
         sink.stream.close()
@@ -289,9 +283,7 @@ class ReplayableOutputStream(io.RawIOBase):
                 elif box[0] is not None and not box[0].closed:
                     discard(box[0].stream)
                 raise
-            sink = box[0]
-            if sink is not None and not sink.closed:
-                self._sink = sink
+            self._sink = box[0]  # the stream that worked (after a commit, close() drops it)
 
         try:
             self._retrier.call(operation, self.path, attempt)
@@ -303,12 +295,10 @@ class ReplayableOutputStream(io.RawIOBase):
 
     def _replay(self, box: list[_Sink | None]) -> _Sink:
         sink = box[0] = _Sink(self._reopen())
-        offset = 0
-        while chunk := self._read_spool(offset):
+        while chunk := self._read_spool(sink.replayed):
             sink.stream.write(chunk)
-            sink.given += len(chunk)
-            offset += len(chunk)
-        self._retrier.stats.record_replay("write", sink.given)
+            sink.replayed += len(chunk)
+        self._retrier.stats.record_replay("write", sink.replayed)
         return sink
 
     def _read_spool(self, offset: int) -> bytes:

@@ -29,3 +29,17 @@ def require(module: str) -> ModuleType:
     if strict_dependencies():
         return importlib.import_module(module)
     return pytest.importorskip(module)
+
+
+def open_files_under(directory) -> list[str]:
+    """Files this process holds open under ``directory`` (a spilled spool is an unnamed
+    temporary file there: it shows only as an open descriptor)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory) + os.sep):
+            found.append(target)
+    return found

@@ -6,7 +6,7 @@ import threading
 
 import pyarrow.fs as pafs
 import pytest
-from _helpers import FAST, sha256
+from _helpers import FAST, open_files_under, sha256
 
 from retryfs import RetryingFileSystem
 from retryfs.testing import FaultyFileSystem, errors
@@ -17,20 +17,6 @@ MiB = 1024 * 1024
 @pytest.fixture
 def faulty(tmp_path):
     return FaultyFileSystem(pafs.LocalFileSystem())
-
-
-def _open_files_under(directory) -> list[str]:
-    """Files this process holds open under ``directory`` (a spilled spool is an unnamed
-    temporary file there: it shows only as an open descriptor)."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(directory) + os.sep):
-            found.append(target)
-    return found
 
 
 def _write(fs, path, chunks):
@@ -57,8 +43,8 @@ def test_output_survives_faults_byte_identical(faulty, tmp_path, operation, spoo
             out.write(chunk)
             out.flush()
         # the spool spilled to a temporary file, or stayed in memory below its bound
-        assert len(_open_files_under(spool_dir)) == (1 if spool_memory < 5 * MiB else 0)
-    assert _open_files_under(spool_dir) == []  # and the spill file went with the stream
+        assert len(open_files_under(spool_dir)) == (1 if spool_memory < 5 * MiB else 0)
+    assert open_files_under(spool_dir) == []  # and the spill file went with the stream
     assert os.listdir(spool_dir) == []
     assert faulty.injected[operation] == 2
     with open(path, "rb") as f:
