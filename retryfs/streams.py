@@ -405,7 +405,7 @@ class ResumableInputFile(io.RawIOBase):
             return self._read_large(wanted)
 
     def readall(self) -> bytes:
-        return self.read(-1)
+        return self.read()
 
     def readinto(self, buffer: Any) -> int:
         if self.closed:
@@ -417,7 +417,7 @@ class ResumableInputFile(io.RawIOBase):
     def _remaining(self) -> int:
         return max(0, self._end() - self._pos)
 
-    def _read_piece(self, size: int | None) -> Any:
+    def _read_piece(self, size: int) -> Any:
         data = self._retrier.call("read", self.path, self._attempt, _read_from, size)
         self._pos += len(data)
         self._inner_pos = self._pos
@@ -465,7 +465,7 @@ class ResumableInputFile(io.RawIOBase):
         of them in flight (on S3 each is one GET: one at a time, every one would wait for its
         request's round trip). Each is retried on its own, a retry on a fresh file."""
         start = self._pos
-        buffer = pa.allocate_buffer(max(wanted, 0))
+        buffer = pa.allocate_buffer(wanted)
         view = memoryview(buffer).cast("B")
         offsets = iter(range(0, wanted, SUB_READ))
         pending: list[Future[int]] = []
@@ -494,14 +494,11 @@ class ResumableInputFile(io.RawIOBase):
     def _read_sequential(self, wanted: int | None) -> pa.Buffer:
         capacity = wanted if wanted is not None else 4 * SUB_READ
         buffer = pa.allocate_buffer(capacity, resizable=True)
-        filled = 0
-        while True:
-            got = self._fill(memoryview(buffer).cast("B")[filled:capacity])
-            filled += got
-            if wanted is not None or filled < capacity:
-                break
+        filled = self._fill(memoryview(buffer).cast("B"))
+        while wanted is None and filled == capacity:  # the rest, size unknown: grow to the end
             capacity *= 2
             buffer.resize(capacity)
+            filled += self._fill(memoryview(buffer).cast("B")[filled:])
         buffer.resize(filled)
         return buffer
 
@@ -509,10 +506,8 @@ class ResumableInputFile(io.RawIOBase):
         if self.closed:
             return
         try:
-            if self._inner is not None:
-                discard(self._inner)
+            self._drop_inner()
         finally:
-            self._inner = None
             super().close()
 
     def _attempt(self, action: Callable[..., Any], *args: Any) -> Any:
@@ -561,12 +556,11 @@ class ResumableInputFile(io.RawIOBase):
 _NATIVE_CLOSED = "I/O operation on closed file"
 
 
-def _read_from(inner: Any, size: int | None) -> Any:
-    """Bytes, or a pyarrow Buffer when the inner file is a native one."""
-    whole = size is None or size < 0
+def _read_from(inner: Any, size: int) -> Any:
+    """At most ``size`` bytes: bytes, or a pyarrow Buffer when the inner file is a native one."""
     if hasattr(inner, "read_buffer"):
-        return inner.read_buffer() if whole else inner.read_buffer(size)
-    data = inner.read() if whole else inner.read(size)
+        return inner.read_buffer(size)
+    data = inner.read(size)
     return data if isinstance(data, bytes) else bytes(data)
 
 
@@ -574,28 +568,25 @@ class _RangedRead:
     """One sub-read's attempts: ``read_at`` on the shared file, after a failure on a fresh one
     (a failed GET leaves S3's file usable, but another backend's may not be)."""
 
-    __slots__ = ("_shared", "_reopen", "_own")
+    __slots__ = ("_shared", "_reopen")
 
     def __init__(self, shared: Any, reopen: Callable[[], Any]) -> None:
-        self._shared = shared
+        self._shared = shared  # None once an attempt on it failed
         self._reopen = reopen
-        self._own: Any = None
 
     def __call__(self, view: memoryview, offset: int) -> int:
-        failed_before = self._own is not None or self._shared is None
-        inner = self._own if failed_before else self._shared
+        own = None  # this attempt's fresh file, dropped when it ends
         try:
+            inner = self._shared
             if inner is None:
-                inner = self._own = self._reopen()
+                inner = own = self._reopen()
             data = inner.read_at(len(view), offset)
         except BaseException:
-            if self._own is not None:
-                discard(self._own)
-            self._own, self._shared = None, None
+            self._shared = None
             raise
-        if self._own is not None:
-            discard(self._own)
-            self._own = None
+        finally:
+            if own is not None:
+                discard(own)
         view[: len(data)] = memoryview(data).cast("B")
         return len(data)
 
@@ -605,7 +596,7 @@ def _read_into(inner: Any, view: memoryview) -> int:
     if isinstance(inner, pa.NativeFile):
         return int(inner.readinto(view))
     data = _read_from(inner, len(view))
-    view[: len(data)] = data if isinstance(data, bytes) else memoryview(data).cast("B")
+    view[: len(data)] = memoryview(data).cast("B")
     return len(data)
 
 
