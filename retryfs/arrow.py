@@ -419,15 +419,16 @@ class RetryingHandler(pafs.FileSystemHandler):
 
     def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
         empty = self.empty_at_open(path)
+        open_output = self._open_output if empty is None else empty.attempts(self._open_output)
 
         def reopen() -> Any:
-            stream = self._call("open_output_stream", path, self._open_output, path, metadata)
+            stream = self._call("open_output_stream", path, open_output, path, metadata)
             if empty is not None:
                 empty.opened()
             return stream
 
         stream = ReplayableOutputStream(
-            path, reopen(), reopen, self.retrier,
+            path, reopen() if empty is None else empty.first_open(reopen), reopen, self.retrier,
             verify=self._landed if self.verify_writes else None,
             on_commit=self.failed_commits.record,
             spool_memory=self.spool_memory,

@@ -338,12 +338,14 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
     by `written_whole`), any other stream never closed. A local file beside has no metadata:
     it is not asked for (a lazily opened pyarrow GCS file opens its download in
     ``metadata()`` holding the GIL). ``empty``: the empty blob the open created (pyarrow's
-    Azure client), removed when the attempt fails, if still that one."""
+    Azure client), removed when the attempt fails (its open included), if still that one."""
     metadata = None if beside else (reader.metadata() or None)
-    writer = fs.open_output_stream(target, metadata=metadata)
-    if empty is not None:
-        empty.opened()
+    open_output = fs.open_output_stream if empty is None else empty.attempts(
+        fs.open_output_stream)
     try:
+        writer = open_output(target, metadata=metadata)
+        if empty is not None:
+            empty.opened()
         return _pump(reader, writer, buffer_size, abandoned,
                      drop=discard if beside else abandon_stream)
     except BaseException:

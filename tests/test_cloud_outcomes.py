@@ -452,14 +452,19 @@ def test_what_a_write_costs_on_the_happy_path(name, gcs_fault_endpoint, gcs_faul
     assert fs.stats.snapshot()["retries"] == 0
 
 
+def _local_checkpoint(tmp_path, files):
+    local = tmp_path / "ckpt"
+    local.mkdir()
+    for name, data in files.items():
+        (local / name).write_bytes(data)
+    return local
+
+
 @pytest.mark.timeout(60)
 def test_pyarrow_azure_copy_files_refused_later_leaves_no_empty_blob(
         azure_fault_endpoint, azure_fault_container, tmp_path):
     ep, container = azure_fault_endpoint, azure_fault_container
-    local = tmp_path / "ckpt"
-    local.mkdir()
-    (local / "model.pt").write_bytes(b"m" * 2 * MiB)
-    (local / "meta.json").write_bytes(b"{}")
+    local = _local_checkpoint(tmp_path, {"model.pt": b"m" * 2 * MiB, "meta.json": b"{}"})
     fs = wrapped(ep.pyarrow_fs())
     planted = ep.add_fault(HttpFault.forbidden(op="PutBlock", path=f"{container}/ckpt/model.pt"))
     with pytest.raises(OSError):
@@ -468,3 +473,69 @@ def test_pyarrow_azure_copy_files_refused_later_leaves_no_empty_blob(
     assert ep.fired(planted) == 1 and len(ep.requests("PutBlock", path=planted.path)) == 1
     assert "ckpt/model.pt" not in ep.keys(container)  # its empty blob removed
     assert ops(ep, "DeleteBlob") == [("DeleteBlob", 202)]
+
+
+# -- an open that fails after its PutBlob was applied ---------------------------------------------
+
+def _applied_then_refused(ep, path):
+    """What the client sees when the SDK's own re-send of an applied PutBlob is refused: the
+    PutBlob applied, and answered 403. (The real sequence, a 500 or a reset after the PutBlob
+    was applied and then a 403 on the re-send, made the Azure C++ SDK abort this process now
+    and then, ``Failed to parse xml`` while it read the second error: it cannot run here.)"""
+    return ep.add_fault(HttpFault.forbidden(applied=True, op="PutBlob", path=path, times=1))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "over-an-old-blob"])
+def test_pyarrow_azure_open_that_fails_after_its_put_blob_was_applied_leaves_no_empty_blob(
+        existing, azure_fault_endpoint, azure_fault_container):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    if existing:
+        ep.put_object(container, "ckpt", b"old")
+    fs = wrapped(ep.pyarrow_fs())
+    fault = _applied_then_refused(ep, f"{container}/ckpt")
+    with pytest.raises(OSError, match="403"):
+        fs.open_output_stream(f"{container}/ckpt")
+    assert ep.fired(fault) == 1
+    assert ops(ep, *BLOCK_WRITE, "GetBlobProperties", "DeleteBlob") == [
+        ("PutBlob", 403),  # applied, then refused
+        ("GetBlobProperties", 200), ("DeleteBlob", 202)]  # an empty blob: removed
+    assert ep.keys(container) == []
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("op", "old", "looked"), [
+    ("PutBlob", b"old", True),  # its PutBlob refused: looked at, not empty, kept
+    ("ListBlobs", b"", False),  # refused before its PutBlob: not even looked at
+], ids=["put-blob-refused", "listing-refused"])
+def test_pyarrow_azure_open_refused_keeps_the_blob_that_was_there(
+        op, old, looked, azure_fault_endpoint, azure_fault_container):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    ep.put_object(container, "ckpt", old)
+    fs = wrapped(ep.pyarrow_fs())
+    where = {"query": {"prefix": "ckpt"}} if op == "ListBlobs" else {"path": f"{container}/ckpt"}
+    fault = ep.add_fault(HttpFault.forbidden(op=op, **where))
+    with pytest.raises(OSError, match="403"):
+        fs.open_output_stream(f"{container}/ckpt")
+    assert ep.fired(fault) == 1
+    assert ep.get_object(container, "ckpt") == old
+    assert len(ep.requests("GetBlobProperties")) == (1 if looked else 0)
+    assert ep.requests("DeleteBlob") == []
+
+
+@pytest.mark.timeout(60)
+def test_pyarrow_azure_copy_files_whose_open_fails_after_its_put_blob_leaves_no_empty_blob(
+        azure_fault_endpoint, azure_fault_container, tmp_path):
+    ep, container = azure_fault_endpoint, azure_fault_container
+    local = _local_checkpoint(tmp_path, {"model.pt": b"m" * 1000})
+    fs = wrapped(ep.pyarrow_fs())
+    fault = _applied_then_refused(ep, f"{container}/ckpt/model.pt")
+    with pytest.raises(OSError, match="403"):
+        pafs.copy_files(str(local), f"{container}/ckpt", source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=fs, use_threads=False)
+    assert ep.fired(fault) == 1
+    assert [(r.op, r.status) for r in ep.requests(
+        ("PutBlob", "GetBlobProperties", "DeleteBlob"), path=fault.path)] == [
+        ("PutBlob", 403), ("GetBlobProperties", 200), ("DeleteBlob", 202)]
+    assert "ckpt/model.pt" not in ep.keys(container)  # (pyarrow's delete keeps ckpt/)

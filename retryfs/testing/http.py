@@ -185,8 +185,8 @@ class AzureDialect(Dialect):
     announce_close = False  # the Azure C++ SDK drops the body of a "Connection: close" answer
     operations = frozenset("""ListContainers GetServiceProperties GetAccountInfo CreateContainer
         DeleteContainer GetContainerProperties GetAccessControl ListBlobs SubmitBatch PutBlob
-        PutBlock PutBlockList GetBlockList CopyBlob GetBlob GetBlobProperties DeleteBlob SetBlobMetadata
-        SetBlobProperties AppendBlock""".split())
+        PutBlock PutBlockList GetBlockList LeaseBlob CopyBlob GetBlob GetBlobProperties
+        DeleteBlob SetBlobMetadata SetBlobProperties AppendBlock""".split())
     codes = {
         400: ("InvalidInput", "One of the request inputs is not valid."),
         403: ("AuthorizationPermissionMismatch",
@@ -229,6 +229,8 @@ class AzureDialect(Dialect):
                 return path, "PutBlockList"
             if comp == "appendblock":
                 return path, "AppendBlock"
+            if comp == "lease":  # pyarrow's delete_file takes one on the blob it deletes
+                return path, "LeaseBlob"
             if comp in ("metadata", "properties"):
                 return path, "SetBlobMetadata" if comp == "metadata" else "SetBlobProperties"
             return path, "CopyBlob" if "x-ms-copy-source" in headers else "PutBlob"
