@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -197,6 +198,17 @@ class _Workers:
 
 
 _workers = _Workers()
+
+
+def _forget_parent_workers() -> None:
+    """A forked child gets a pool of its own: its parent's workers are no threads here, and
+    each idle one would take an attempt and never run it (timed out for nothing)."""
+    global _workers
+    _workers = _Workers()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_parent_workers)
 
 
 def run_with_timeout(fn: Callable[[], T], seconds: float, operation: str, path: str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import threading
 import time
@@ -211,6 +212,27 @@ def test_workers_are_reused():
     names = {run_with_timeout(lambda: threading.current_thread().name, 5, "read", "p")
              for _ in range(20)}
     assert len(names) == 1
+
+
+def test_a_forked_child_runs_its_timed_attempts():
+    """A forked child (multiprocessing's fork, a DataLoader's workers, mutmut's test runs) has
+    none of its parent's worker threads: its first timed attempt must run, not go to an idle
+    worker of the parent and time out (30 s here, for nothing)."""
+    assert run_with_timeout(lambda: "parent", 30, "read", "p") == "parent"  # a worker is idle
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reports how its attempt ended, and leaves without pytest
+        try:
+            outcome = run_with_timeout(lambda: "ran", 30, "read", "p")
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            outcome = type(exc).__name__
+        os.write(write_end, outcome.encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        outcome = reader.read().decode()
+    os.waitpid(pid, 0)
+    assert outcome == "ran"
 
 
 # -- the async hook (the fsspec face) ----------------------------------------------------------
