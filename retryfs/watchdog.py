@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -101,6 +102,17 @@ class _Watchdog:
 
 
 _watchdog = _Watchdog()
+
+
+def _forget_parent_watchdog() -> None:
+    """A forked child gets a watchdog of its own: its parent's thread does not run here, and
+    a copy that believed it did would never expire the child's deadlines."""
+    global _watchdog
+    _watchdog = _Watchdog()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_parent_watchdog)
 
 
 def watch(seconds: float, on_expiry: Callable[[], object]) -> Watch:

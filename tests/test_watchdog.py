@@ -3,6 +3,7 @@ that passes hands the operation on exactly once, an attempt that finishes in tim
 
 from __future__ import annotations
 
+import os
 import threading
 
 from retryfs.watchdog import watch
@@ -44,3 +45,23 @@ def test_a_sooner_deadline_wakes_the_watchdog():
     assert near.wait(10), "the sooner deadline waited behind the later one"
     assert not far.is_set()
     assert slow.finish() is True
+
+
+def test_a_forked_child_expires_its_deadlines():
+    """A forked child (a DataLoader worker, multiprocessing's fork) has none of its parent's
+    threads: its watchdog must start its own thread, not take the parent's running one for
+    alive (then no deadline of the child would ever expire: a stalled write would hang)."""
+    armed = watch(60, lambda: None)  # the parent's watchdog thread is running
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reports whether its deadline expired, and leaves without pytest
+        expired = threading.Event()
+        watch(0.01, expired.set)
+        os.write(write_end, b"expired" if expired.wait(10) else b"never")
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        outcome = reader.read().decode()
+    os.waitpid(pid, 0)
+    assert armed.finish() is True
+    assert outcome == "expired"
