@@ -25,27 +25,39 @@ naming every file that was not copied.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Protocol
+from typing import Any, Protocol
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from .native_copy import PlannedFile, prepare_tree, pump_into, run_bounded, written_whole
 from .redact import redact
-from .streams import ResumableInputFile
+from .streams import SUB_READ, ResumableInputFile
 from .timeouts import in_background
 
 __all__ = ["DownloadSource", "download_file_tree", "download_single_file"]
 
 #: A download has no attempt of its own to abandon: each read is retried where it failed.
 _NEVER = threading.Event()
+#: The most sub-reads of one file in flight: ``window`` x `SUB_READ` is at most one 64 MiB
+#: chunk of ``copy_files`` (Ray Train's), the memory unwrapped pyarrow holds per file.
+MAX_WINDOW = 8
+_EMPTY = pa.py_buffer(b"")
+#: Filesystems whose random-access files read ranges concurrently. Not pyarrow's GCS: its
+#: input file opens its download lazily, holding the GIL (an in-process server never answers).
+_RANGED = tuple(cls for cls in (pafs.S3FileSystem, getattr(pafs, "AzureFileSystem", None))
+                if cls is not None)
 
 
 class DownloadSource(Protocol):
     """What a download needs of the source's handler (`retryfs.arrow.RetryingHandler`)."""
+
+    inner: pafs.FileSystem
 
     def resumable_input(self, operation: str, path: str, *,
                         seekable: bool) -> ResumableInputFile: ...
@@ -55,7 +67,7 @@ class DownloadSource(Protocol):
 def download_single_file(handler: DownloadSource, source: str, destination_fs: pafs.FileSystem,
                          destination: str, chunk_size: int, use_threads: bool) -> None:
     """What ``pyarrow.fs._copy_files`` does, reading through ``handler``'s retries."""
-    _download(handler, source, destination_fs, destination, max(1, chunk_size))
+    _download(handler, source, destination_fs, destination, max(1, chunk_size), None)
 
 
 def download_file_tree(handler: DownloadSource, selector: pafs.FileSelector,
@@ -67,8 +79,8 @@ def download_file_tree(handler: DownloadSource, selector: pafs.FileSelector,
                          destination_base, chunk_size,
                          functools.partial(destination_fs.create_dir, recursive=True))
     if not use_threads or len(files) < 2:
-        for source, destination, buffer_size, _ in files:
-            _download(handler, source, destination_fs, destination, buffer_size)  # 1st raises
+        for source, destination, buffer_size, size in files:
+            _download(handler, source, destination_fs, destination, buffer_size, size)  # raises
         return
     _raise_first(run_bounded(files, functools.partial(_start_download, handler,
                                                       destination_fs)))
@@ -77,11 +89,11 @@ def download_file_tree(handler: DownloadSource, selector: pafs.FileSelector,
 def _start_download(handler: DownloadSource, destination_fs: pafs.FileSystem,
                     file: PlannedFile, release: Callable[[], None]) -> Future[None]:
     """One file's download on a pool worker; ``release`` once it ends, however it ends."""
-    source, destination, buffer_size, _ = file
+    source, destination, buffer_size, size = file
 
     def run() -> None:
         try:
-            _download(handler, source, destination_fs, destination, buffer_size)
+            _download(handler, source, destination_fs, destination, buffer_size, size)
         finally:
             release()
 
@@ -89,12 +101,53 @@ def _start_download(handler: DownloadSource, destination_fs: pafs.FileSystem,
 
 
 def _download(handler: DownloadSource, source: str, destination_fs: pafs.FileSystem,
-              destination: str, buffer_size: int) -> None:
+              destination: str, buffer_size: int, size: int | None) -> None:
+    window = _window(handler.inner, buffer_size, size)
+
     def write(target: str, beside: bool) -> int:
-        with handler.resumable_input("open_input_stream", source, seekable=False) as reader:
-            return pump_into(destination_fs, target, reader, buffer_size, _NEVER, beside)
+        if not window:  # one read per chunk, each split into sub-reads one after the other
+            with handler.resumable_input("open_input_stream", source, seekable=False) as reader:
+                return pump_into(destination_fs, target, reader, buffer_size, _NEVER, beside)
+        with handler.resumable_input("open_input_file", source, seekable=True) as reader, \
+                contextlib.closing(_Pieces(reader, window)) as pieces:
+            return pump_into(destination_fs, target, pieces, buffer_size, _NEVER, beside)
 
     written_whole(destination_fs, destination, write, _NEVER)
+
+
+def _window(fs: pafs.FileSystem, buffer_size: int, size: int | None) -> int:
+    """How many sub-reads of a file to keep in flight; 0: read it as a stream. Only where a
+    read of ``buffer_size`` would be several sub-reads, of a file that has several, on a
+    filesystem whose files read ranges concurrently (the open costs a HEAD on S3)."""
+    while isinstance(fs, pafs.SubTreeFileSystem):
+        fs = fs.base_fs
+    if not isinstance(fs, _RANGED) or buffer_size <= SUB_READ:
+        return 0
+    if size is not None and size <= SUB_READ:
+        return 0
+    return min(MAX_WINDOW, -(-buffer_size // SUB_READ))  # the sub-reads of one chunk
+
+
+class _Pieces:
+    """The reader as `retryfs.native_copy.pump_into` reads it: each ``read_buffer`` the next
+    piece of `ResumableInputFile.ranged_buffers` (empty at the end), whatever size it asks."""
+
+    def __init__(self, reader: ResumableInputFile, window: int) -> None:
+        self._reader = reader
+        self._pieces: Iterator[Any] = reader.ranged_buffers(window)
+
+    def metadata(self) -> dict[str, bytes]:
+        return self._reader.metadata()
+
+    def read_buffer(self, size: int) -> pa.Buffer:
+        piece = next(self._pieces, _EMPTY)
+        return piece if isinstance(piece, pa.Buffer) else pa.py_buffer(piece)
+
+    def close(self) -> None:
+        """Ends the reads in flight, before the file is closed."""
+        close = getattr(self._pieces, "close", None)
+        if close is not None:
+            close()
 
 
 def _raise_first(failed: list[tuple[str, Exception]]) -> None:

@@ -8,13 +8,15 @@ as the filesystem operations, under the operation names ``read``, ``write``, ``f
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import io
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from typing import IO, Any, Protocol
 
 import pyarrow as pa
@@ -461,35 +463,65 @@ class ResumableInputFile(io.RawIOBase):
         return inner if native and inner.seekable() else None  # a PythonFile claims to seek
 
     def _read_ranges(self, inner: Any, wanted: int) -> pa.Buffer:
-        """``wanted`` bytes from the position as ranged sub-reads of `SUB_READ`, `READ_AHEAD`
-        of them in flight (on S3 each is one GET: one at a time, every one would wait for its
-        request's round trip). Each is retried on its own, a retry on a fresh file."""
-        start = self._pos
+        """``wanted`` bytes from the position into one buffer, as `ranged_buffers` (`READ_AHEAD`
+        sub-reads in flight)."""
         buffer = pa.allocate_buffer(wanted)
         view = memoryview(buffer).cast("B")
-        offsets = iter(range(0, wanted, SUB_READ))
-        pending: list[Future[int]] = []
-        failure: BaseException | None = None
         total = 0
-        while True:
-            while failure is None and len(pending) < READ_AHEAD:
-                offset = next(offsets, None)
-                if offset is None:
-                    break
-                pending.append(in_background(functools.partial(
-                    self._retrier.call, "read", self.path, _RangedRead(inner, self._reopen),
-                    view[offset:offset + SUB_READ], start + offset)))
-            if not pending:
-                break
-            try:
-                total += pending.pop(0).result()
-            except BaseException as exc:  # noqa: BLE001 - raised once the others are done
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-        self._pos = start + total
-        self._inner_pos = -1  # ranged reads leave the file's own position unspecified
+        for piece in self._ranged(inner, wanted, READ_AHEAD):
+            view[total:total + piece.size] = memoryview(piece).cast("B")
+            total += piece.size
         return buffer if total == wanted else buffer.slice(0, total)
+
+    def ranged_buffers(self, window: int) -> Iterator[Any]:
+        """The rest of the file as Buffers of at most `SUB_READ`, in order, each handed out as
+        it is (no copy into a larger buffer), with ``window`` sub-reads in flight on a native
+        random-access file; on any other file, one sub-read at a time. What a download
+        through native streams reads with (`retryfs.native_download`): on S3 one read of Ray
+        Train's 64 MiB chunk is one GET, its sub-reads one after the other would be eight
+        GETs, each waiting for its round trip. Close the iterator before the file."""
+        if self.closed:
+            raise ValueError("I/O operation on closed retryfs input file")
+        with self._lock:
+            inner = self._random_access()
+            if inner is not None:
+                yield from self._ranged(inner, max(0, inner.size() - self._pos), window)
+                return
+            while piece := self._read_piece(SUB_READ):
+                yield piece
+
+    def _ranged(self, inner: Any, wanted: int, window: int) -> Iterator[Any]:
+        """``wanted`` bytes from the position as ranged sub-reads of `SUB_READ`, in order,
+        ``window`` of them in flight (on S3 each is one GET: one at a time, every one would
+        wait for its request's round trip). Each is retried on its own, a retry on a fresh
+        file. The position moves past each piece handed out. A failure is raised once the
+        sub-reads in flight are done, and so is the end of the iteration: no read outlives it
+        on a file its caller may close."""
+        end = self._pos + wanted
+        offsets = iter(range(self._pos, end, SUB_READ))
+        pending: collections.deque[tuple[int, Future[Any]]] = collections.deque()
+        try:
+            while True:
+                while len(pending) < window:
+                    offset = next(offsets, None)
+                    if offset is None:
+                        break
+                    size = min(SUB_READ, end - offset)
+                    pending.append((size, in_background(functools.partial(
+                        self._retrier.call, "read", self.path, _RangedRead(inner, self._reopen),
+                        offset, size))))
+                if not pending:
+                    return
+                size, future = pending.popleft()
+                piece = future.result()
+                self._pos += piece.size
+                self._inner_pos = -1  # ranged reads leave the file's own position unspecified
+                if piece.size:
+                    yield piece
+                if piece.size < size:  # the file ended early (shorter than it was)
+                    return
+        finally:  # those in flight end before the caller goes on
+            futures_wait([future for _, future in pending])
 
     def _read_sequential(self, wanted: int | None) -> pa.Buffer:
         capacity = wanted if wanted is not None else 4 * SUB_READ
@@ -565,7 +597,7 @@ def _read_from(inner: Any, size: int) -> Any:
 
 
 class _RangedRead:
-    """One sub-read's attempts: ``read_at`` on the shared file, after a failure on a fresh one
+    """One sub-read's attempts: a segment of the shared file, after a failure of a fresh one
     (a failed GET leaves S3's file usable, but another backend's may not be)."""
 
     __slots__ = ("_shared", "_reopen")
@@ -574,21 +606,28 @@ class _RangedRead:
         self._shared = shared  # None once an attempt on it failed
         self._reopen = reopen
 
-    def __call__(self, view: memoryview, offset: int) -> int:
+    def __call__(self, offset: int, size: int) -> Any:
         own = None  # this attempt's fresh file, dropped when it ends
         try:
             inner = self._shared
             if inner is None:
                 inner = own = self._reopen()
-            data = inner.read_at(len(view), offset)
+            return _read_segment(inner, offset, size)
         except BaseException:
             self._shared = None
             raise
         finally:
             if own is not None:
                 discard(own)
-        view[: len(data)] = memoryview(data).cast("B")
-        return len(data)
+
+
+def _read_segment(inner: Any, offset: int, size: int) -> Any:
+    """``size`` bytes at ``offset`` (fewer at the end) as a Buffer, the file's own position
+    untouched: a native file's segment stream reads straight into one (``read_at`` would
+    copy it into ``bytes``)."""
+    if isinstance(inner, pa.NativeFile):
+        return inner.get_stream(offset, size).read_buffer(size)
+    return pa.py_buffer(inner.read_at(size, offset))
 
 
 def _read_into(inner: Any, view: memoryview) -> int:

@@ -539,3 +539,44 @@ def test_pyarrow_azure_copy_files_whose_open_fails_after_its_put_blob_leaves_no_
         ("PutBlob", "GetBlobProperties", "DeleteBlob"), path=fault.path)] == [
         ("PutBlob", 403), ("GetBlobProperties", 200), ("DeleteBlob", 202)]
     assert "ckpt/model.pt" not in ep.keys(container)  # (pyarrow's delete keeps ckpt/)
+
+
+# -- a large-chunk download from pyarrow Azure: ranged sub-reads in flight -----------------------
+
+@pytest.mark.timeout(120)
+def test_pyarrow_azure_large_chunk_download_resends_only_what_a_cut_lost(
+        azure_fault_endpoint, azure_fault_container, tmp_path):
+    """Ray Train restores with 64 MiB chunks: retryfs reads an Azure blob's chunk as ranged
+    sub-reads of 8 MiB in flight together (the native download: the first, answered 1.5 s
+    late, is the last answered). A sub-read cut half-way is resumed by the Azure C++ client
+    itself, from the byte it stopped at: the server sends the blob's bytes once, and retryfs
+    has nothing to retry."""
+    import hashlib
+    import random
+
+    ep, container = azure_fault_endpoint, azure_fault_container
+    sub = 8 << 20
+    data = random.Random(31).randbytes(3 * sub - 999)
+    ep.put_object(container, "ckpt/model.pt", data)
+    ranges = [f"bytes={start}-{min(start + sub, len(data)) - 1}"
+              for start in range(0, len(data), sub)]
+    cut = ep.add_fault(HttpFault.truncate(
+        keep_bytes=sub // 2, op="GetBlob", times=1,
+        when=lambda request: request.headers.get("x-ms-range") == ranges[1]))
+    late = ep.add_fault(HttpFault.delay(
+        1.5, op="GetBlob", times=1,
+        when=lambda request: request.headers.get("x-ms-range") == ranges[0]))
+    fs = wrapped(ep.pyarrow_fs())
+    (tmp_path / "down").mkdir()
+    pafs.copy_files(f"{container}/ckpt", str(tmp_path / "down"), source_filesystem=fs,
+                    chunk_size=64 << 20)
+    assert ep.fired(cut) == 1 and ep.fired(late) == 1
+    got = (tmp_path / "down" / "model.pt").read_bytes()
+    assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
+    gets = ep.requests("GetBlob")
+    asked = [r.headers.get("x-ms-range") for r in gets]
+    resumed = f"bytes={sub + sub // 2}-{2 * sub - 1}"
+    assert sorted(asked) == sorted([*ranges, resumed]), asked
+    assert asked[-1] == ranges[0], asked  # one at a time, it would have been the first
+    assert sum(r.response_bytes for r in gets) == len(data)
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 0

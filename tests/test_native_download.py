@@ -141,3 +141,103 @@ def test_a_download_to_s3_keeps_the_old_object_and_the_metadata(s3_fault_endpoin
     assert sha256(ep.get_object(bucket, "dst/model.pt")) == sha256(OBJECT)
     with native.open_input_stream(f"{bucket}/dst/model.pt") as f:
         assert f.metadata()["Content-Type"] == b"application/x-checkpoint"
+
+
+# -- large chunks (Ray Train's 64 MiB): sub-reads in flight ---------------------------------------
+
+BIG_CHUNK = 64 * MiB
+SUB = 8 * MiB  # retryfs.streams.SUB_READ
+LARGE = random.Random(23).randbytes(5 * SUB - 1000)  # five sub-reads, the last one short
+
+
+def _ranges(gets) -> list[str]:
+    return [r.headers.get("range", "") for r in gets]
+
+
+def test_a_large_chunk_is_read_as_ranged_sub_reads_in_flight_together(s3_fault_endpoint,
+                                                                      s3_fault_bucket,
+                                                                      tmp_path):
+    """One read of a 64 MiB chunk through a stream would be one GET holding the whole chunk,
+    its sub-reads one after the other as many GETs each waiting for its round trip. The file
+    is opened for random access (one HEAD) and its five sub-reads are ranged GETs in flight
+    at once: the one from byte 0, answered 1.5 s late, is the last to be answered (one at a
+    time it would be the first), and the bytes are the file's."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "ckpt/model.pt", LARGE)
+    late = ep.add_fault(S3Fault.delay(1.5, op="GetObject", when=_range_from(0), times=1))
+    fs = _source(ep)
+    (tmp_path / "down").mkdir()
+    pafs.copy_files(f"{bucket}/ckpt", str(tmp_path / "down"), source_filesystem=fs,
+                    chunk_size=BIG_CHUNK)
+    assert ep.fired(late) == 1
+    assert sha256((tmp_path / "down" / "model.pt").read_bytes()) == sha256(LARGE)
+    gets = _gets(ep, "model.pt")
+    expected = [f"bytes={start}-{min(start + SUB, len(LARGE)) - 1}"
+                for start in range(0, len(LARGE), SUB)]
+    assert sorted(_ranges(gets)) == sorted(expected)  # one GET per sub-read, none again
+    assert _ranges(gets)[-1] == expected[0], _ranges(gets)  # answered after all the others
+    assert len(ep.requests(op="HeadObject", path="*/model.pt")) == 1
+    assert sum(r.response_bytes for r in gets) == len(LARGE)
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 0
+
+
+def test_a_cut_sub_read_costs_that_sub_read_only(s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    """A GET cut half-way through the third sub-read: that sub-read alone is asked again
+    (the same range), the others are not; the server sends the file plus at most one
+    sub-read."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "ckpt/model.pt", LARGE)
+    third = f"bytes={2 * SUB}-{3 * SUB - 1}"
+    cut = ep.add_fault(S3Fault.truncate(keep_bytes=SUB // 2, op="GetObject", times=1,
+                                        when=lambda r: r.headers.get("range") == third))
+    fs = _source(ep)
+    pafs.copy_files(f"{bucket}/ckpt/model.pt", str(tmp_path / "model.pt"),
+                    source_filesystem=fs, chunk_size=BIG_CHUNK)
+    assert ep.fired(cut) == 1
+    assert sha256((tmp_path / "model.pt").read_bytes()) == sha256(LARGE)
+    ranges = _ranges(_gets(ep, "model.pt"))
+    assert len(ranges) == 5 + 1 and ranges.count(third) == 2
+    assert sum(r.response_bytes for r in _gets(ep, "model.pt")) <= len(LARGE) + SUB
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 1
+    assert os.listdir(tmp_path) == ["model.pt"]
+
+
+@pytest.mark.parametrize("use_threads", [True, False], ids=["threaded", "serial"])
+def test_a_sub_read_that_fails_for_good_leaves_no_destination_file(s3_fault_endpoint,
+                                                                   s3_fault_bucket, tmp_path,
+                                                                   use_threads):
+    """Every GET of the fourth sub-read reset: the read gives up after the policy's attempts,
+    copy_files raises the storage error, and no file, prefix or temporary, is on disk."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "ckpt/model.pt", LARGE)
+    fourth = f"bytes={3 * SUB}-{4 * SUB - 1}"
+    reset = ep.add_fault(S3Fault.reset(op="GetObject",
+                                       when=lambda r: r.headers.get("range") == fourth))
+    fs = _source(ep)
+    down = tmp_path / "down"
+    down.mkdir()
+    with pytest.raises(OSError, match="GetObject"):
+        pafs.copy_files(f"{bucket}/ckpt", str(down), source_filesystem=fs,
+                        chunk_size=BIG_CHUNK, use_threads=use_threads)
+    assert ep.fired(reset) == FAST.max_attempts
+    reads = fs.stats.snapshot()["by_operation"]["read"]
+    assert reads["giveups"] == 1 and reads["retries"] == FAST.max_attempts - 1
+    assert not list(down.rglob("*.pt")) and not [p for p in down.rglob(".*")]
+
+
+def test_which_downloads_keep_sub_reads_in_flight() -> None:
+    """Only a chunk of several sub-reads of a file of several, on S3 or Azure (through a
+    SubTreeFileSystem too); never GCS (its input file opens lazily holding the GIL), a local
+    disk, a small file, or copy_files's default 1 MiB chunk."""
+    from retryfs.native_download import _window
+    s3 = pafs.S3FileSystem(anonymous=True, region="us-east-1")
+    assert _window(s3, BIG_CHUNK, None) == 8
+    assert _window(s3, BIG_CHUNK, 100 * MiB) == 8
+    assert _window(pafs.SubTreeFileSystem("bucket/base", s3), BIG_CHUNK, None) == 8
+    assert _window(s3, 3 * SUB, 3 * SUB) == 3 and _window(s3, 2 * SUB + 1, None) == 3
+    assert _window(s3, 1024 * 1024 * 1024, None) == 8  # at most 64 MiB in flight
+    assert _window(s3, SUB, None) == 0 and _window(s3, MiB, None) == 0
+    assert _window(s3, BIG_CHUNK, SUB) == 0
+    assert _window(pafs.LocalFileSystem(), BIG_CHUNK, None) == 0
+    gcs = pafs.GcsFileSystem(anonymous=True, endpoint_override="localhost:1", scheme="http")
+    assert _window(gcs, BIG_CHUNK, None) == 0
