@@ -547,7 +547,7 @@ def test_pyarrow_azure_copy_files_whose_open_fails_after_its_put_blob_leaves_no_
 def test_pyarrow_azure_large_chunk_download_resends_only_what_a_cut_lost(
         azure_fault_endpoint, azure_fault_container, tmp_path):
     """Ray Train restores with 64 MiB chunks: retryfs reads an Azure blob's chunk as ranged
-    sub-reads of 8 MiB in flight together (the native download: the first, answered 1.5 s
+    sub-reads of 8 MiB in flight together (the native download: the first, answered 2 s
     late, is the last answered). A sub-read cut half-way is resumed by the Azure C++ client
     itself, from the byte it stopped at: the server sends the blob's bytes once, and retryfs
     has nothing to retry."""
@@ -564,7 +564,7 @@ def test_pyarrow_azure_large_chunk_download_resends_only_what_a_cut_lost(
         keep_bytes=sub // 2, op="GetBlob", times=1,
         when=lambda request: request.headers.get("x-ms-range") == ranges[1]))
     late = ep.add_fault(HttpFault.delay(
-        1.5, op="GetBlob", times=1,
+        2.0, op="GetBlob", times=1,
         when=lambda request: request.headers.get("x-ms-range") == ranges[0]))
     fs = wrapped(ep.pyarrow_fs())
     (tmp_path / "down").mkdir()

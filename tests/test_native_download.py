@@ -160,11 +160,11 @@ def test_a_large_chunk_is_read_as_ranged_sub_reads_in_flight_together(s3_fault_e
     """One read of a 64 MiB chunk through a stream would be one GET holding the whole chunk,
     its sub-reads one after the other as many GETs each waiting for its round trip. The file
     is opened for random access (one HEAD) and its five sub-reads are ranged GETs in flight
-    at once: the one from byte 0, answered 1.5 s late, is the last to be answered (one at a
+    at once: the one from byte 0, answered 2 s late, is the last to be answered (one at a
     time it would be the first), and the bytes are the file's."""
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
     ep.put_object(bucket, "ckpt/model.pt", LARGE)
-    late = ep.add_fault(S3Fault.delay(1.5, op="GetObject", when=_range_from(0), times=1))
+    late = ep.add_fault(S3Fault.delay(2.0, op="GetObject", when=_range_from(0), times=1))
     fs = _source(ep)
     (tmp_path / "down").mkdir()
     pafs.copy_files(f"{bucket}/ckpt", str(tmp_path / "down"), source_filesystem=fs,

@@ -271,6 +271,76 @@ def test_a_file_that_shrank_after_its_open_yields_only_the_bytes_there(stored):
     assert f.tell() == len(DATA) - 100
 
 
+# -- ranged_buffers: a download's sub-reads in flight (retryfs.native_download) ---------------------
+
+def test_ranged_buffers_hands_out_each_sub_read_in_order_with_a_window_in_flight(faulty, stored):
+    engine = Engine()
+    f, opener = resumable(lambda: faulty.open_input_file(stored), stored, engine, seekable=True)
+    f.seek(100)
+    pieces = list(f.ranged_buffers(3))
+    assert all(isinstance(piece, pa.Buffer) and 0 < piece.size <= SUB for piece in pieces)
+    assert b"".join(piece.to_pybytes() for piece in pieces) == DATA[100:]
+    assert len(pieces) == -(-(len(DATA) - 100) // SUB) == faulty.calls["read"]
+    assert f.tell() == len(DATA) and len(opener.opened) == 1 and engine.seen() == []
+    assert list(f.ranged_buffers(3)) == []  # at the end: nothing more, no read
+    assert faulty.calls["read"] == len(pieces)
+
+
+def test_ranged_buffers_retries_a_failed_sub_read_alone_on_a_fresh_file(faulty, stored):
+    engine = Engine()
+    f, opener = resumable(lambda: faulty.open_input_file(stored), stored, engine, seekable=True)
+    faulty.inject("read", errors.reset(), skip=4, times=1)
+    assert b"".join(piece.to_pybytes() for piece in f.ranged_buffers(4)) == DATA
+    assert faulty.calls["read"] == SUB_READS + 1 and engine.seen() == [("read", stored)]
+    assert len(opener.opened) == 2 and opener.opened[1].closed and not opener.opened[0].closed
+
+
+def test_ranged_buffers_stopped_early_leaves_the_position_after_what_it_handed_out(faulty,
+                                                                                  stored):
+    """A consumer that stops (its destination failed) closes the iterator: the sub-reads in
+    flight end first, and the file reads on from the last piece handed out."""
+    engine = Engine()
+    f, _ = resumable(lambda: faulty.open_input_file(stored), stored, engine, seekable=True)
+    pieces = f.ranged_buffers(4)
+    first, second = next(pieces), next(pieces)
+    pieces.close()
+    assert first.to_pybytes() + second.to_pybytes() == DATA[:2 * SUB]
+    assert f.tell() == 2 * SUB
+    assert faulty.calls["read"] <= 2 + 4  # none started after the close
+    assert f.read() == DATA[2 * SUB:]
+
+
+def test_ranged_buffers_raises_a_permanent_error_and_starts_no_further_sub_reads(faulty,
+                                                                                stored):
+    engine = Engine()
+    f, _ = resumable(lambda: faulty.open_input_file(stored), stored, engine, seekable=True)
+    faulty.inject("read", errors.access_denied("GetObject"), times=None)
+    with pytest.raises(OSError, match="ACCESS_DENIED"):
+        next(f.ranged_buffers(3))
+    assert faulty.calls["read"] == 3  # those in flight; then none
+    assert f.tell() == 0 and engine.seen() == []
+
+
+@pytest.mark.parametrize("kind", ["stream", "python"])
+def test_ranged_buffers_of_a_sequential_file_reads_one_sub_read_at_a_time(faulty, stored, kind):
+    engine = Engine()
+    open_file = ((lambda: faulty.open_input_stream(stored)) if kind == "stream"
+                 else (lambda: open(stored, "rb")))  # noqa: SIM115
+    f, _ = resumable(open_file, stored, engine, seekable=False)
+    pieces = list(f.ranged_buffers(4))
+    assert [len(piece) for piece in pieces] == [SUB] * (SUB_READS - 1) + [len(DATA) % SUB]
+    assert b"".join(bytes(piece) for piece in pieces) == DATA and f.tell() == len(DATA)
+
+
+def test_the_rest_of_a_python_file_of_unknown_size_is_read_whole(stored):
+    """No size to bound the buffer: it grows until a read finds the end (a Python file is
+    read into it through a copy, where a native file reads straight into it)."""
+    engine = Engine()
+    f, _ = resumable(lambda: open(stored, "rb"), stored, engine, seekable=False)  # noqa: SIM115
+    assert f.read(10) == DATA[:10]
+    assert f.read() == DATA[10:] and f.tell() == len(DATA)
+
+
 @pytest.mark.parametrize("start", [0, 100])
 def test_a_stream_over_a_random_access_file_reads_ranges_up_to_its_end(faulty, stored, start):
     """``open_input_stream`` (not seekable) whose inner file is random access."""
