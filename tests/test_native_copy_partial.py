@@ -167,7 +167,9 @@ def test_an_abandoned_timed_attempt_never_commits_later(monkeypatch, ending) -> 
         out.write(new)
     store = _MockFileSystem()
     store.create_dir("dst")
-    fs = RetryingFileSystem(store, FAST, budget=False, write_timeout=0.2,
+    # 1 s per attempt: the stalled one is abandoned after it, and the retry (10 KB to memory)
+    # ends well within it even on a loaded machine (0.2 s timed out a retry there too)
+    fs = RetryingFileSystem(store, FAST, budget=False, write_timeout=1.0,
                             min_throughput=1 << 30)
     stall = source.inject("read", errors.reset() if ending == "reset" else None, stall=10.0)
     pafs.copy_files("src", "dst", source_filesystem=source, destination_filesystem=fs,
@@ -237,7 +239,9 @@ def test_a_threaded_copy_whose_first_attempt_stalls_goes_on_and_never_commits_it
             out.write(data)
     store = _MockFileSystem()
     store.create_dir("dst")
-    fs = RetryingFileSystem(store, FAST, budget=False, write_timeout=0.2,
+    # 1 s per attempt: the stalled one is abandoned after it, and the retry (10 KB to memory)
+    # ends well within it even on a loaded machine (0.2 s timed out a retry there too)
+    fs = RetryingFileSystem(store, FAST, budget=False, write_timeout=1.0,
                             min_throughput=1 << 30)
     stall = source.inject("read", errors.reset() if ending == "reset" else None,
                           path="src/model.pt", stall=10.0)
