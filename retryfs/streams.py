@@ -623,11 +623,10 @@ class _RangedRead:
 
 def _read_segment(inner: Any, offset: int, size: int) -> Any:
     """``size`` bytes at ``offset`` (fewer at the end) as a Buffer, the file's own position
-    untouched: a native file's segment stream reads straight into one (``read_at`` would
-    copy it into ``bytes``)."""
-    if isinstance(inner, pa.NativeFile):
-        return inner.get_stream(offset, size).read_buffer(size)
-    return pa.py_buffer(inner.read_at(size, offset))
+    untouched: its segment stream reads straight into one (``read_at`` would copy it into
+    ``bytes``). ``inner`` is a native random-access file (`_random_access`), and so is each
+    reopened one: both come from the same ``open_input_file``."""
+    return inner.get_stream(offset, size).read_buffer(size)
 
 
 def _read_into(inner: Any, view: memoryview) -> int:

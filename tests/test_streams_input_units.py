@@ -321,6 +321,15 @@ def test_ranged_buffers_raises_a_permanent_error_and_starts_no_further_sub_reads
     assert f.tell() == 0 and engine.seen() == []
 
 
+def test_ranged_buffers_of_a_closed_file_raises(faulty, stored):
+    engine = Engine()
+    f, _ = resumable(lambda: faulty.open_input_file(stored), stored, engine, seekable=True)
+    f.close()
+    with pytest.raises(ValueError, match="^I/O operation on closed retryfs input file$"):
+        next(f.ranged_buffers(2))
+    assert faulty.calls["read"] == 0
+
+
 @pytest.mark.parametrize("kind", ["stream", "python"])
 def test_ranged_buffers_of_a_sequential_file_reads_one_sub_read_at_a_time(faulty, stored, kind):
     engine = Engine()
