@@ -166,7 +166,9 @@ class Timeouts:
 class Workers:
     """retryfs's worker pool, deterministic: an attempt is running before its timeout starts
     counting, or (the next ``hold`` ones) is never started: a pool too busy to start it in
-    time, which ``run_with_timeout`` then cancels."""
+    time, which ``run_with_timeout`` then cancels. One that is still waited for after `STALL`
+    fails (only an attempt waited for without its timeout gets there), so that broken code
+    fails the test instead of hanging it."""
 
     def __init__(self, pool: Any) -> None:
         self.pool, self.hold = pool, 0
@@ -174,7 +176,7 @@ class Workers:
     def submit(self, fn: Callable[[], Any]) -> Future[Any]:
         if self.hold:
             self.hold -= 1
-            return Future()
+            return self._never_started()
         started = threading.Event()
 
         def run() -> Any:
@@ -184,6 +186,21 @@ class Workers:
         future = self.pool.submit(run)
         started.wait()
         return future
+
+    @staticmethod
+    def _never_started() -> Future[Any]:
+        held: Future[Any] = Future()
+
+        def overdue() -> None:
+            if held.set_running_or_notify_cancel():  # not cancelled by its timeout
+                held.set_exception(RuntimeError(f"an attempt never started was waited for "
+                                                f"{STALL} s: it had no timeout"))
+
+        timer = threading.Timer(STALL, overdue)
+        timer.daemon = True
+        held.add_done_callback(lambda _: timer.cancel())
+        timer.start()
+        return held
 
 
 @pytest.fixture
