@@ -279,6 +279,29 @@ def test_pythons_buffered_writer_accepts_it_as_its_raw_stream(store: Store) -> N
     assert store.objects[PATH] == b"abcdefghij"
 
 
+class ItemUpload(DiscardableUpload):
+    """An upload that reads its argument item by item, as Python code that treats it like
+    ``bytes`` does (a pure-Python checksum, ``data[0]``, ``data == b"..."``)."""
+
+    def __init__(self, store: Store, key: str) -> None:
+        super().__init__(store, key)
+        self.items: list[list[int]] = []
+
+    def write(self, data: Any) -> int:
+        self.items.append(list(data))
+        return super().write(data)
+
+
+def test_the_upload_is_handed_unsigned_bytes_whatever_the_callers_buffer(store: Store) -> None:
+    stream = stream_over(store, kind=ItemUpload)
+    stream.write(array.array("b", [-1, -128, 5]))  # signed items
+    stream.write(b"\xff\x80")
+    stream.close()
+    [upload] = store.uploads
+    assert isinstance(upload, ItemUpload)
+    assert upload.items == [[255, 128, 5], [255, 128]]  # what bytes(...) of each would index
+    assert store.objects[PATH] == b"\xff\x80\x05\xff\x80"
+
 # -- a failed call: a fresh upload, the spool replayed ---------------------------------------
 
 @pytest.mark.parametrize("spool_memory", [0, 1 << 20])  # a temporary file / memory
