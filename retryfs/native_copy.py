@@ -9,7 +9,12 @@ filesystem's speed; part failures inside a native S3 upload are re-sent by its w
 (``native_write_attempts``), as for any output stream.
 
 After each file, the post-commit check runs as its own retried metadata call (``verify``): a
-failed check sends nothing again, a proven missing or short object copies the file again. A file
+failed check sends nothing again, a proven missing or short object copies the file again. In a
+tree copy onto an object store the files whose first attempt committed are checked together,
+after the last one, by one listing of the destination (`retryfs.tree_verify`) instead of one
+HEAD each; a file it shows missing or short is copied again (its retries counted and timed as
+if its own check had found it), a store that refuses to list gets the HEADs, and a listing that
+gives up leaves every file it was to prove unverified. A file
 that finally fails is reported to the guard's session like any failed commit: ``copy_files``
 raises its original error with the note naming every object that did not land (never a silent
 success), and ``fs.failed_commits()`` lists it. A serial copy stops at that file, as Arrow's
@@ -30,6 +35,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -42,6 +48,7 @@ from .errors import CommitNotVisibleError
 from .placeholders import EmptyAtOpen
 from .streams import abandon_stream, discard
 from .timeouts import AttemptTimeoutError, in_background, run_with_timeout
+from .tree_verify import listed_sizes, note_unproven
 from .watchdog import watch
 
 __all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "plan_tree",
@@ -52,6 +59,7 @@ class CopyTarget(Protocol):
     """What a copy needs of the destination's handler (`retryfs.arrow.RetryingHandler`)."""
 
     retrier: Retrier
+    inner: pafs.FileSystem  # lists the destination of a tree copy (`retryfs.tree_verify`)
     writer: pafs.FileSystem  # opens the native output streams
     failed_commits: FailedCommits
 
@@ -78,16 +86,102 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
     every file copied, ``pyarrow.io_thread_count()`` at a time with ``use_threads``)."""
     files = prepare_tree(source_fs.get_file_info(selector), selector.base_dir, destination_base,
                          chunk_size, lambda directory: handler.create_dir(directory, True))
+    later: list[_Unchecked] | None = [] if _lists_tree(handler, files) else None
     if not use_threads or len(files) < 2:
         for source, destination, buffer_size, size in files:
             # as Arrow's serial copy: the first file that fails ends it (the guard raises)
-            if _copy_file(handler, source_fs, source, destination, buffer_size, size):
-                return
+            if _copy_file(handler, source_fs, source, destination, buffer_size, size, later):
+                break
+        _check_later(handler, source_fs, destination_base, later)
         return
     failed = run_bounded(files, lambda file, release: _WatchedCopy(
-        handler, source_fs, *file, release).start())
+        handler, source_fs, *file, release, later).start())
+    _check_later(handler, source_fs, destination_base, later)
     if failed:  # an error that escaped a file's copy (its own failures are the guard's)
         raise failed[0][1]
+
+
+def _lists_tree(handler: CopyTarget, files: list[PlannedFile]) -> bool:
+    """Whether a tree's commits are checked by one listing: on an object store, for more than
+    one file. A local disk keeps its per-file stat (as cheap as a listing's entry)."""
+    return handler.verify_writes and len(files) > 1 and not _writes_through(handler.inner)
+
+
+@dataclass(frozen=True)
+class _Unchecked:
+    """A file of a tree copy whose first attempt committed, its check left to the listing."""
+
+    source: str
+    destination: str
+    buffer_size: int
+    size: int | None
+    copied: int  # the bytes the attempt copied: what the destination must hold
+    seconds: float | None  # its write attempt timeout
+    elapsed: float  # its first attempt's time (the deadline of its retries counts it)
+
+
+def _check_later(handler: CopyTarget, source_fs: pafs.FileSystem, base: str,
+                 later: list[_Unchecked] | None) -> None:
+    """Every file left unchecked, proven by one listing of ``base`` (each by its own HEAD
+    when the store refuses to list, or for a single file) and reported; one the listing shows
+    missing or short is copied again. A listing that gives up fails every one of them."""
+    if not later:
+        return
+    sizes = None
+    if len(later) > 1:
+        try:
+            sizes = listed_sizes(handler.retrier, handler.inner.get_file_info, base)
+        except Exception as exc:  # noqa: BLE001 - gave up: nothing proven, every file failed
+            note_unproven(exc, base, (file.destination for file in later))
+            for file in later:
+                handler.retrier.first_try_succeeded("copy_files")  # its attempt did commit
+                _report(handler, file.destination, exc)
+            return
+    for file in later:
+        _settle(handler, source_fs, file, sizes)
+
+
+def _settle(handler: CopyTarget, source_fs: pafs.FileSystem, file: _Unchecked,
+            sizes: dict[str, int | None] | None) -> None:
+    """One file's check (in the listing's ``sizes``, or by HEAD when None) and its report;
+    a file found missing or short goes on with its retries, as its own check would have."""
+    unverified: list[Exception] = []
+    if sizes is None:
+        missing = _proof(handler.retrier.call, handler._landed, file.destination, file.copied,
+                         unverified)
+    elif file.destination in sizes and sizes[file.destination] in (None, file.copied):
+        missing = None
+    else:
+        missing = _not_visible(file.destination, file.copied)
+    if missing is None:
+        handler.retrier.first_try_succeeded("copy_files")
+        _report(handler, file.destination, unverified[0] if unverified else None)
+        return
+    started = handler.retrier.clock() - file.elapsed
+    _report(handler, file.destination, _retried(
+        handler, source_fs, file.source, file.destination, file.buffer_size, file.size,
+        file.seconds, missing, started))
+
+
+def _retried(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destination: str,
+             buffer_size: int, size: int | None, seconds: float | None, error: Exception,
+             started: float) -> BaseException | None:
+    """A file's retries after its first attempt failed with ``error`` (each attempt checked
+    by its own HEAD), begun at ``started``: its final error, or ``None``."""
+    unverified: list[Exception] = []
+    try:
+        handler.retrier.recover("copy_files", destination, _attempt,
+                                (handler, source_fs, source, destination, buffer_size, size,
+                                 seconds, unverified), {}, error, None, started)
+    except Exception as exc:  # noqa: BLE001 - reported, then raised by the copy_files guard
+        return exc
+    return unverified[0] if unverified else None  # committed, the check gave up: unproven
+
+
+def _report(handler: CopyTarget, destination: str, error: BaseException | None) -> None:
+    """How ``destination``'s commit ended, to the record and to the copy_files guard."""
+    handler.failed_commits.record(destination, error)
+    report_commit(watching(), destination, error)
 
 
 #: ``(source, destination, read size, size)`` of one file of a tree copy (`plan_tree`).
@@ -150,12 +244,17 @@ def _buffer_size(chunk_size: int, size: int | None) -> int:
 
 
 def _copy_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
-               destination: str, buffer_size: int, size: int | None) -> BaseException | None:
+               destination: str, buffer_size: int, size: int | None,
+               later: list[_Unchecked] | None = None) -> BaseException | None:
     """One file, retried; its final error (reported to the guard, which raises it after the
-    call) or ``None``."""
+    call) or ``None``. With ``later``, a first attempt that commits is not checked here: it
+    joins ``later``, for the tree's listing, and is reported then."""
+    seconds = handler.write_attempt_timeout("copy_files", max(0, size or 0))
+    if later is not None:
+        return _copy_unchecked(handler, source_fs, source, destination, buffer_size, size,
+                               seconds, later)
     unverified: list[Exception] = []
     error: BaseException | None = None
-    seconds = handler.write_attempt_timeout("copy_files", max(0, size or 0))
     try:
         handler.retrier.call("copy_files", destination, _attempt, handler, source_fs, source,
                              destination, buffer_size, size, seconds, unverified)
@@ -163,8 +262,29 @@ def _copy_file(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
             error = unverified[0]
     except Exception as exc:  # noqa: BLE001 - reported, then raised by the copy_files guard
         error = exc
-    handler.failed_commits.record(destination, error)
-    report_commit(watching(), destination, error)
+    _report(handler, destination, error)
+    return error
+
+
+def _copy_unchecked(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
+                    destination: str, buffer_size: int, size: int | None,
+                    seconds: float | None, later: list[_Unchecked]) -> BaseException | None:
+    """`_copy_file` for a tree checked by its listing: a first attempt that commits joins
+    ``later``; one that fails goes on with its retries, each checked by its own HEAD."""
+    started = handler.retrier.clock()  # the deadline counts the first attempt too
+    failed: Exception | None = None
+    try:
+        copied = _upload_attempt(handler, source_fs, source, destination, buffer_size, size,
+                                 seconds)
+    except Exception as exc:  # noqa: BLE001 - classified by the retrier
+        failed = exc
+    if failed is None:
+        later.append(_Unchecked(source, destination, buffer_size, size, copied, seconds,
+                                handler.retrier.clock() - started))
+        return None
+    error = _retried(handler, source_fs, source, destination, buffer_size, size, seconds,
+                     failed, started)
+    _report(handler, destination, error)
     return error
 
 
@@ -175,11 +295,12 @@ class _WatchedCopy:
     read or write and never commits, as `_attempt`'s abandoned ones) and hands the file's
     retries to a fresh worker, the attempt counted as timed out; the stalled worker's outcome is
     ignored when it returns. ``outcome`` is set, and ``release`` called, once, when the file's
-    copy ends."""
+    copy ends. With ``later``, a first attempt that commits joins it unchecked (see
+    `_copy_file`)."""
 
     def __init__(self, handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
                  destination: str, buffer_size: int, size: int | None,
-                 release: Callable[[], None]) -> None:
+                 release: Callable[[], None], later: list[_Unchecked] | None = None) -> None:
         self.handler, self.source_fs = handler, source_fs
         self.source, self.destination = source, destination
         self.buffer_size, self.size = buffer_size, size
@@ -187,6 +308,7 @@ class _WatchedCopy:
         self._release = release
         self._ended = threading.Lock()
         self._unverified: list[Exception] = []
+        self._later = later  # list.append is atomic: the workers share it without a lock
 
     def start(self) -> Future[None]:
         """The copy started on a pool worker; its `outcome`."""
@@ -204,7 +326,7 @@ class _WatchedCopy:
         seconds = handler.write_attempt_timeout("copy_files", max(0, self.size or 0))
         if seconds is None:
             _copy_file(handler, self.source_fs, self.source, self.destination,
-                       self.buffer_size, self.size)
+                       self.buffer_size, self.size, self._later)
             self._end(None, recorded=True)
             return
         retrier = handler.retrier
@@ -227,6 +349,12 @@ class _WatchedCopy:
             error = exc
         if not watched.finish():
             return  # timed out: the retries went on on another worker
+        if error is None and self._later is not None:  # checked by the tree's listing
+            self._later.append(_Unchecked(self.source, self.destination, self.buffer_size,
+                                          self.size, copied, seconds,
+                                          retrier.clock() - started))
+            self._end(None, recorded=True)
+            return
         if error is None and handler.verify_writes:
             try:
                 _verify(retrier.call, handler._landed, self.destination, copied,
@@ -274,24 +402,31 @@ class _WatchedCopy:
 def _attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
              destination: str, buffer_size: int, size: int | None, seconds: float | None,
              unverified: list[Exception]) -> None:
-    """One whole-file attempt. With a per-attempt write timeout (``write_timeout`` plus the
-    file's bytes at ``min_throughput``), the upload runs on a worker, and a stalled one is left
-    behind and becomes a retry that reads the source again; the abandoned attempt never
-    commits (it stops at its next read or write and drops its stream unclosed), so it cannot
-    land a partial or stale object over the retry's. The verification runs after, outside
-    that timeout: it is a metadata call with timeouts of its own."""
+    """One whole-file attempt (`_upload_attempt`), then its check. The verification runs
+    after, outside the upload's timeout: it is a metadata call with timeouts of its own."""
+    copied = _upload_attempt(handler, source_fs, source, destination, buffer_size, size,
+                             seconds)
+    if handler.verify_writes:
+        _verify(handler.retrier.call, handler._landed, destination, copied, unverified)
+
+
+def _upload_attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
+                    destination: str, buffer_size: int, size: int | None,
+                    seconds: float | None) -> int:
+    """One whole-file upload, unchecked; the bytes copied. With a per-attempt write timeout
+    (``write_timeout`` plus the file's bytes at ``min_throughput``), the upload runs on a
+    worker, and a stalled one is left behind and becomes a retry that reads the source again;
+    the abandoned attempt never commits (it stops at its next read or write and drops its
+    stream unclosed), so it cannot land a partial or stale object over the retry's."""
     abandoned = threading.Event()
 
     def upload() -> int:
         return _upload(handler, source_fs, source, destination, buffer_size, size, abandoned)
 
     if seconds is None:
-        copied = upload()
-    else:
-        copied = run_with_timeout(upload, seconds, "copy_files", destination,
-                                  on_abandon=lambda _future: abandoned.set())
-    if handler.verify_writes:
-        _verify(handler.retrier.call, handler._landed, destination, copied, unverified)
+        return upload()
+    return run_with_timeout(upload, seconds, "copy_files", destination,
+                            on_abandon=lambda _future: abandoned.set())
 
 
 def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destination: str,
@@ -427,11 +562,23 @@ def _remove_quietly(fs: pafs.FileSystem, path: str) -> None:
 
 def _verify(call: Callable[..., Any], landed: Callable[[str, int], bool], path: str, size: int,
             unverified: list[Exception]) -> None:
+    missing = _proof(call, landed, path, size, unverified)
+    if missing is not None:
+        raise missing
+
+
+def _proof(call: Callable[..., Any], landed: Callable[[str, int], bool], path: str, size: int,
+           unverified: list[Exception]) -> CommitNotVisibleError | None:
+    """The retried check that ``path`` holds ``size`` bytes: the error that proves it does
+    not, or ``None`` (when the check gave up, its error joins ``unverified``)."""
     try:
         ok = call("verify", path, landed, path, size)
     except Exception as exc:  # noqa: BLE001 - raised after the copy loop, never re-copied
         unverified.append(exc)
-        return
-    if not ok:
-        raise CommitNotVisibleError(
-            f"{path!r} was committed but does not hold the {size} bytes copied")
+        return None
+    return None if ok else _not_visible(path, size)
+
+
+def _not_visible(path: str, size: int) -> CommitNotVisibleError:
+    return CommitNotVisibleError(
+        f"{path!r} was committed but does not hold the {size} bytes copied")

@@ -1,0 +1,53 @@
+"""A tree copy's commits proven by one listing of its destination, not one HEAD per file.
+
+After a ``copy_files`` of a directory onto an object store, every file's read-after-write
+check (is the object there, with the bytes copied?) would be a metadata call of its own: a
+100-file checkpoint upload to S3 sent 100 HeadObject requests on top of its uploads. One
+recursive listing of the destination base answers the same question for every file at once
+(S3: one ListObjectsV2 per 1,000 keys). It is a retried metadata call like the HEAD it
+replaces (operation ``verify``). A store that refuses to list (no ``s3:ListBucket``: a
+permanent error) is answered with `REFUSED`, and the caller checks each file by itself; a
+listing that gives up raises its error, which then stands for every file of the tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import pyarrow.fs as pafs
+
+from .classify import Decision
+from .engine import Retrier
+from .redact import redact
+
+__all__ = ["REFUSED", "listed_sizes", "note_unproven"]
+
+#: `listed_sizes`' answer when the store refused to list: check each file by itself.
+REFUSED: Final = None
+
+
+def listed_sizes(retrier: Retrier, list_files: Callable[[pafs.FileSelector], Any],
+                 base: str) -> dict[str, int | None] | None:
+    """``{path: size}`` of every file under ``base``, by one retried recursive listing
+    (``list_files`` is the inner filesystem's ``get_file_info``); `REFUSED` when the store
+    refused it (a permanent error, after one attempt). A listing that gave up (transient
+    errors past the policy) raises its error: nothing is proven then."""
+    selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+    try:
+        infos = retrier.call("verify", base, list_files, selector)
+    except Exception as exc:
+        if retrier.classifier.classify(exc) is Decision.FAIL:
+            return REFUSED  # refused, not unknown: each file's HEAD still can prove it
+        raise
+    return {info.path: info.size for info in infos if info.type == pafs.FileType.File}
+
+
+def note_unproven(error: BaseException, base: str, paths: Iterable[str]) -> None:
+    """Name on ``error`` (the listing's, kept as it is) every file it leaves unproven."""
+    names = sorted(paths)
+    if hasattr(error, "add_note"):
+        shown = ", ".join(repr(redact(path)) for path in names)
+        error.add_note(f"retryfs: the listing of {redact(base)!r} that verifies a tree copy "
+                       f"gave up: {len(names)} copied file(s) are not proven to have "
+                       f"landed: {shown}")
