@@ -188,7 +188,6 @@ class _Step:
     """What to do after a failed attempt."""
 
     delay: float | None  # None: give up
-    retryable: bool
     cost: int = 0  # budget tokens taken for this retry
 
 
@@ -271,7 +270,7 @@ class Retrier:
         policy = self.policy_for(operation)
         decision = self.classifier.classify(error)
         if decision is Decision.FAIL:
-            return _Step(None, False)
+            return _Step(None)
         throttled = decision is Decision.THROTTLE
         delay = policy.delay(attempt, throttled=throttled)
         retry_after = retry_after_of(error)
@@ -295,12 +294,12 @@ class Retrier:
                 gave_up=True, retry_after=retry_after, reason=reason, timed_out=timed_out))
             _note(error, operation, path, attempt, self.clock() - started, reason, budget,
                   self.stats.redact)
-            return _Step(None, True)
+            return _Step(None)
         self.stats.record_retry(
             RetryEvent(operation, path, attempt, policy.max_attempts, error, delay, throttled,
                        retry_after=retry_after, timed_out=timed_out),
             slept=0.0 if sleeping_disabled() else delay)
-        return _Step(delay, True, cost)
+        return _Step(delay, cost)
 
     def _succeeded(self, operation: str, attempts: int, last_cost: int) -> None:
         self.stats.record_success(operation, attempts)
@@ -316,7 +315,7 @@ class Retrier:
         self.stats.record_giveup(RetryEvent(
             operation, path, attempt, self.policy_for(operation).max_attempts, error, 0.0,
             False, gave_up=True, reason=reason))
-        self.stats.record_failure(operation, attempt, gave_up=True)
+        self.stats.record_failure(operation, attempt)
         if hasattr(error, "add_note"):
             error.add_note(self.stats.redact(
                 f"retryfs: {operation} {path!r} gave up after {attempt} attempt(s): the wait "
@@ -381,7 +380,7 @@ class Retrier:
         self.stats.record_giveup(RetryEvent(
             operation, path, attempt, policy.max_attempts, check_error, 0.0, False,
             gave_up=True, reason="the check of its outcome failed"))
-        self.stats.record_failure(operation, attempt, gave_up=True)
+        self.stats.record_failure(operation, attempt)
         if hasattr(check_error, "add_note"):
             check_error.add_note(self.stats.redact(
                 f"retryfs: {operation} {path!r}: attempt {attempt} raised "
@@ -481,7 +480,7 @@ class _Call:
         step = retrier._step(self.operation, self.path, error, self.attempt, self.started,
                              self.end)
         if step.delay is None:
-            retrier.stats.record_failure(self.operation, self.attempt, gave_up=step.retryable)
+            retrier.stats.record_failure(self.operation, self.attempt)
             raise error
         self.cost = step.cost
         return step.delay

@@ -252,8 +252,9 @@ class RetryStats:
             if attempts > 1:
                 counters.recovered += 1
 
-    def record_failure(self, operation: str, attempts: int, gave_up: bool = False) -> None:
-        """A call that raised after ``attempts`` attempts (a give-up was counted live)."""
+    def record_failure(self, operation: str, attempts: int) -> None:
+        """A call that raised after ``attempts`` attempts (a give-up was counted live, by
+        `record_giveup`)."""
         with self._lock:
             counters = self._counters(operation)
             counters.calls += 1
