@@ -305,8 +305,9 @@ class Retrier:
         self.stats.record_success(operation, attempts)
         budget = self.budget
         if budget is not None:  # botocore: a recovered call gives back its last retry's cost
-            # (release() returns at once, without a lock, while the bucket is full)
-            budget.release(last_cost if attempts > 1 else budget.config.success_refund)
+            # (release() returns at once, without a lock, while the bucket is full; a call
+            # that succeeded first time never comes here: `first_try_succeeded` refunds it)
+            budget.release(last_cost)
 
     def _wait_failed(self, operation: str, path: str, attempt: int, error: BaseException,
                      wait_error: BaseException) -> None:
