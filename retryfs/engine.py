@@ -25,6 +25,7 @@ import asyncio
 import contextvars
 import email.utils
 import inspect
+import math
 import os
 import threading
 import time
@@ -135,7 +136,7 @@ def _parse_retry_after(value: str, now: float | None = None) -> float | None:
         if when is None:
             return None
         seconds = when.timestamp() - (time.time() if now is None else now)
-    if seconds != seconds or seconds == float("inf"):  # nan / inf
+    if seconds != seconds or seconds == math.inf:  # nan / inf
         return None
     return max(0.0, seconds)
 
@@ -315,7 +316,7 @@ class Retrier:
         reason = f"the wait before the next attempt failed ({type(wait_error).__name__})"
         self.stats.record_giveup(RetryEvent(
             operation, path, attempt, self.policy_for(operation).max_attempts, error, 0.0,
-            False, gave_up=True, reason=reason))
+            gave_up=True, reason=reason))
         self.stats.record_failure(operation, attempt)
         if hasattr(error, "add_note"):
             error.add_note(self.stats.redact(
@@ -379,7 +380,7 @@ class Retrier:
         """The bookkeeping of a check that gave up: ``operation`` is counted as given up."""
         policy = self.policy_for(operation)
         self.stats.record_giveup(RetryEvent(
-            operation, path, attempt, policy.max_attempts, check_error, 0.0, False,
+            operation, path, attempt, policy.max_attempts, check_error, 0.0,
             gave_up=True, reason="the check of its outcome failed"))
         self.stats.record_failure(operation, attempt)
         if hasattr(check_error, "add_note"):
