@@ -288,7 +288,7 @@ class Retrier:
         if not reason and budget is not None and not sleeping_disabled():
             cost = budget.config.cost(throttled=throttled, timed_out=timed_out)
             if not budget.acquire(cost):
-                reason, cost = "retry budget exhausted", 0
+                reason = "retry budget exhausted"  # (nothing taken: a give-up costs nothing)
         if reason:
             self.stats.record_giveup(RetryEvent(
                 operation, path, attempt, policy.max_attempts, error, 0.0, throttled,
