@@ -300,6 +300,7 @@ def test_the_give_up_event_note_and_counters_when_attempts_run_out():
     assert raised.value is errors[-1] and len(calls) == 3
     assert giveups == [RetryEvent("op", "b/k", 3, 3, errors[-1], 0.0, False, gave_up=True,
                                   retry_after=None, reason="no attempts left", timed_out=True)]
+    assert type(giveups[0].delay) is float  # 0.0, not a False that compares equal
     assert raised.value.__notes__ == [
         "retryfs: op 'b/k' gave up after 3 attempt(s) in 1.50s (no attempts left)"]
     assert len(retries) == 2 and clock.slept == [0.5, 1.0]
@@ -404,8 +405,8 @@ def test_an_empty_budget_gives_up_with_a_note_naming_the_endpoint():
     with pytest.raises(ConnectionResetError) as raised:
         r.call("op", "p", fn)
     assert len(calls) == 2 and len(retries) == 1 and clock.slept == [0.5]
-    assert [(e.attempt, e.reason, e.delay) for e in giveups] == [
-        (2, "retry budget exhausted", 0.0)]
+    assert [(e.attempt, e.reason, e.delay, type(e.delay)) for e in giveups] == [
+        (2, "retry budget exhausted", 0.0, float)]
     assert raised.value.__notes__ == [
         "retryfs: op 'p' gave up after 2 attempt(s) in 0.50s (retry budget of test-endpoint "
         "exhausted: too many retries without a success in this process)"]
@@ -570,3 +571,15 @@ def test_a_failed_check_gives_up_with_a_float_delay_and_counts_the_call(driver):
     [event] = giveups
     assert (event.delay, type(event.delay), event.throttled) == (0.0, float, False)
     assert counters(r) == (1, 2, 1, 1, 0)
+
+
+def test_a_throttled_give_up_says_so_with_the_servers_retry_after():
+    r, _ = make(POLICY.replace(max_attempts=2))
+    _, giveups = hooks(r.stats)
+    errors = [throttle(), throttle()]
+    errors[-1].retry_after = 4  # type: ignore[attr-defined]
+    fn, _ = failing(errors)
+    with pytest.raises(OSError):
+        r.call("op", "p", fn)
+    assert [(e.throttled, e.retry_after, e.timed_out, e.delay) for e in giveups] == [
+        (True, 4.0, False, 0.0)]
