@@ -378,9 +378,9 @@ def bucket(capacity: int = 100, **config) -> TokenBucket:
 def test_each_retry_takes_its_cost_and_a_recovery_gives_the_last_one_back():
     b = bucket(retry_cost=5, throttle_cost=7, timeout_cost=11, success_refund=1)
     r, _ = make(POLICY.replace(max_attempts=5), budget=b)
-    fn, _ = failing([reset(), throttle(), TimeoutError("t")])
+    fn, _ = failing([TimeoutError("t"), reset(), throttle()])
     assert r.call("op", "p", fn) == "ok"
-    assert b.available == 100 - 5 - 7 - 11 + 11
+    assert b.available == 100 - 11 - 5 - 7 + 7
 
 
 def test_a_first_try_success_gives_back_the_refund_when_the_bucket_is_not_full():
@@ -431,8 +431,13 @@ def test_test_mode_takes_no_budget_and_counts_no_sleep(monkeypatch):
     with no_sleep():
         assert r.call("op", "p", fn) == "ok"
     assert len(calls) == 4 and b.available == 5
+    b.acquire(3)  # not full: a recovered call in test mode gives nothing back either
+    fn, _ = failing([reset()])
+    with no_sleep():
+        assert r.call("op", "p", fn) == "ok"
+    assert b.available == 2
     assert r.stats.snapshot()["sleep_seconds"] == 0.0
-    assert clock.slept == [0.5, 1.0, 2.0]  # an injected sleep is still called (it decides)
+    assert clock.slept == [0.5, 1.0, 2.0, 0.5]  # an injected sleep is still called (it decides)
 
 
 # -- a failed backoff wait, the sync driver ------------------------------------------------------
@@ -583,3 +588,20 @@ def test_a_throttled_give_up_says_so_with_the_servers_retry_after():
         r.call("op", "p", fn)
     assert [(e.throttled, e.retry_after, e.timed_out, e.delay) for e in giveups] == [
         (True, 4.0, False, 0.0)]
+
+
+def test_the_deadline_is_the_operations_own_policys():
+    clock = Clock()
+    policies = {"op": POLICY.replace(deadline=4.0)}
+    r = Retrier(lambda op: policies.get(op, POLICY), ErrorClassifier(), RetryStats(),
+                sleep=clock.sleep, clock=clock)
+    seen = []
+
+    def fn():
+        seen.append(operation_end(clock))
+        if len(seen) == 1:
+            raise reset()
+        return "ok"
+
+    assert r.call("op", "p", fn) == "ok"
+    assert seen == [None, 104.0]
