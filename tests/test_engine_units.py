@@ -378,9 +378,9 @@ def bucket(capacity: int = 100, **config) -> TokenBucket:
 def test_each_retry_takes_its_cost_and_a_recovery_gives_the_last_one_back():
     b = bucket(retry_cost=5, throttle_cost=7, timeout_cost=11, success_refund=1)
     r, _ = make(POLICY.replace(max_attempts=5), budget=b)
-    fn, _ = failing([TimeoutError("t"), reset(), throttle()])
+    fn, _ = failing([TimeoutError("t"), throttle(), reset()])  # the last one is refunded
     assert r.call("op", "p", fn) == "ok"
-    assert b.available == 100 - 11 - 5 - 7 + 7
+    assert b.available == 100 - 11 - 7 - 5 + 5
 
 
 def test_a_first_try_success_gives_back_the_refund_when_the_bucket_is_not_full():
