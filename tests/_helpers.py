@@ -43,3 +43,21 @@ def open_files_under(directory) -> list[str]:
         if target.startswith(str(directory) + os.sep):
             found.append(target)
     return found
+
+
+class Clock:
+    """An injected monotonic clock; the sleeps advance it and are remembered."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    async def async_sleep(self, seconds: float) -> None:
+        self.sleep(seconds)

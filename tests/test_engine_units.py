@@ -11,6 +11,7 @@ import asyncio
 import time
 
 import pytest
+from _helpers import Clock
 
 from retryfs import RetryBudget, RetryPolicy
 from retryfs import engine as engine_module
@@ -30,24 +31,6 @@ from retryfs.stats import RetryEvent, RetryStats
 
 POLICY = RetryPolicy(max_attempts=3, initial_delay=0.5, multiplier=2, max_delay=10,
                      jitter=False, throttle_factor=3)
-
-
-class Clock:
-    """An injected monotonic clock; the sleeps advance it and are remembered."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-    async def async_sleep(self, seconds: float) -> None:
-        self.sleep(seconds)
 
 
 def make(policy: RetryPolicy = POLICY, clock: Clock | None = None,

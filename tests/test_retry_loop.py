@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from _helpers import FAST
+from _helpers import FAST, Clock
 
 from retryfs import RetryPolicy, no_sleep
 from retryfs.classify import ErrorClassifier
@@ -22,25 +22,6 @@ from retryfs.timeouts import AttemptTimeoutError
 
 BACKOFF = RetryPolicy(max_attempts=3, initial_delay=0.5, multiplier=2, max_delay=10,
                       jitter=False)
-
-
-class Clock:
-    """An injected monotonic clock; the sleeps advance it and are remembered."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-    async def async_sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 def retrier(policy: RetryPolicy = FAST, clock: Clock | None = None,
