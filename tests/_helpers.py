@@ -4,6 +4,7 @@ import hashlib
 import importlib
 import os
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,12 @@ class Clock:
 
     async def async_sleep(self, seconds: float) -> None:
         self.sleep(seconds)
+
+
+def retry_events(stats: Any) -> tuple[list[Any], list[Any]]:
+    """The retry and give-up events ``stats`` (a `RetryStats`) reports from now on."""
+    retries: list[Any] = []
+    giveups: list[Any] = []
+    stats.on_retry(retries.append)
+    stats.on_giveup(giveups.append)
+    return retries, giveups

@@ -11,7 +11,7 @@ import asyncio
 import time
 
 import pytest
-from _helpers import Clock
+from _helpers import Clock, retry_events
 
 from retryfs import RetryBudget, RetryPolicy
 from retryfs import engine as engine_module
@@ -38,14 +38,6 @@ def make(policy: RetryPolicy = POLICY, clock: Clock | None = None,
     clock = clock or Clock()
     return Retrier(lambda _op: policy, ErrorClassifier(), RetryStats(), sleep=clock.sleep,
                    clock=clock, budget=budget, async_sleep=clock.async_sleep), clock
-
-
-def hooks(stats: RetryStats) -> tuple[list[RetryEvent], list[RetryEvent]]:
-    retries: list[RetryEvent] = []
-    giveups: list[RetryEvent] = []
-    stats.on_retry(retries.append)
-    stats.on_giveup(giveups.append)
-    return retries, giveups
 
 
 def reset() -> ConnectionResetError:
@@ -227,7 +219,7 @@ def test_a_timeout_error_anywhere_in_the_chain_is_a_timeout():
 
 def test_a_permanent_error_is_one_attempt_no_event_and_a_failure():
     r, clock = make()
-    retries, giveups = hooks(r.stats)
+    retries, giveups = retry_events(r.stats)
     error = FileNotFoundError("p")
     fn, calls = failing([error])
     with pytest.raises(FileNotFoundError) as raised:
@@ -239,7 +231,7 @@ def test_a_permanent_error_is_one_attempt_no_event_and_a_failure():
 
 def test_a_retry_event_has_every_field():
     r, clock = make()
-    retries, _ = hooks(r.stats)
+    retries, _ = retry_events(r.stats)
     first, second = reset(), throttle()
     fn, _ = failing([first, second])
     assert r.call("op", "p", fn) == "ok"
@@ -254,7 +246,7 @@ def test_a_retry_event_has_every_field():
 
 def test_a_timed_out_attempt_is_flagged_on_its_event():
     r, _ = make()
-    retries, _ = hooks(r.stats)
+    retries, _ = retry_events(r.stats)
     fn, _ = failing([TimeoutError("slow")])
     r.call("op", "p", fn)
     assert [e.timed_out for e in retries] == [True]
@@ -264,7 +256,7 @@ def test_a_timed_out_attempt_is_flagged_on_its_event():
 @pytest.mark.parametrize(("server", "delay"), [(2.0, 2.0), (0.1, 0.5), (60.0, 10.0)])
 def test_retry_after_raises_the_delay_within_max_delay(server, delay):
     r, clock = make()
-    retries, _ = hooks(r.stats)
+    retries, _ = retry_events(r.stats)
     error = reset()
     error.retry_after = server  # type: ignore[attr-defined]
     fn, _ = failing([error])
@@ -275,7 +267,7 @@ def test_retry_after_raises_the_delay_within_max_delay(server, delay):
 
 def test_the_give_up_event_note_and_counters_when_attempts_run_out():
     r, clock = make()
-    retries, giveups = hooks(r.stats)
+    retries, giveups = retry_events(r.stats)
     errors = [reset(), reset(), TimeoutError("slow")]
     fn, calls = failing(errors)
     with pytest.raises(TimeoutError) as raised:
@@ -295,7 +287,7 @@ def test_the_deadline_gives_up_when_the_wait_would_end_past_it_not_when_it_ends_
     # 101.5, on the deadline itself: allowed; the third would be past it
     policy = POLICY.replace(max_attempts=10, deadline=1.5)
     r, clock = make(policy)
-    _, giveups = hooks(r.stats)
+    _, giveups = retry_events(r.stats)
     fn, calls = failing([reset()] * 10)
     with pytest.raises(ConnectionResetError) as raised:
         r.call("op", "p", fn)
@@ -383,7 +375,7 @@ def test_a_first_try_success_gives_back_the_refund_when_the_bucket_is_not_full()
 def test_an_empty_budget_gives_up_with_a_note_naming_the_endpoint():
     b = bucket(capacity=5, retry_cost=5)
     r, clock = make(POLICY.replace(max_attempts=5), budget=b)
-    retries, giveups = hooks(r.stats)
+    retries, giveups = retry_events(r.stats)
     fn, calls = failing([reset()] * 5)
     with pytest.raises(ConnectionResetError) as raised:
         r.call("op", "p", fn)
@@ -434,7 +426,7 @@ def test_a_failed_wait_raises_the_storage_error_with_its_note_and_counts_a_give_
     policies = {"op": POLICY.replace(max_attempts=7)}  # the operation's own policy
     r = Retrier(lambda op: policies.get(op, POLICY), ErrorClassifier(), RetryStats(),
                 sleep=broken, clock=clock)
-    _, giveups = hooks(r.stats)
+    _, giveups = retry_events(r.stats)
     error = reset()
     fn, calls = failing([error])
     with pytest.raises(ConnectionResetError) as raised:
@@ -522,7 +514,7 @@ def test_an_async_check_is_awaited():
 
 def test_the_async_give_up_counts_and_notes_like_the_sync_one():
     r, clock = make()
-    _, giveups = hooks(r.stats)
+    _, giveups = retry_events(r.stats)
     errors = [reset(), reset(), reset()]
     fn, _ = failing(errors)
 
@@ -542,7 +534,7 @@ def test_the_async_give_up_counts_and_notes_like_the_sync_one():
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_failed_check_gives_up_with_a_float_delay_and_counts_the_call(driver):
     r, _ = make()
-    _, giveups = hooks(r.stats)
+    _, giveups = retry_events(r.stats)
     check_error = PermissionError(13, "Permission denied")
     fn, _ = failing([reset(), FileNotFoundError("p")])
 
@@ -563,7 +555,7 @@ def test_a_failed_check_gives_up_with_a_float_delay_and_counts_the_call(driver):
 
 def test_a_throttled_give_up_says_so_with_the_servers_retry_after():
     r, _ = make(POLICY.replace(max_attempts=2))
-    _, giveups = hooks(r.stats)
+    _, giveups = retry_events(r.stats)
     errors = [throttle(), throttle()]
     errors[-1].retry_after = 4  # type: ignore[attr-defined]
     fn, _ = failing(errors)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from _helpers import FAST, Clock
+from _helpers import FAST, Clock, retry_events
 
 from retryfs import RetryPolicy, no_sleep
 from retryfs.classify import ErrorClassifier
@@ -33,14 +33,6 @@ def retrier(policy: RetryPolicy = FAST, clock: Clock | None = None,
 
 def reset() -> ConnectionResetError:
     return ConnectionResetError(104, "Connection reset by peer")
-
-
-def events(stats: RetryStats) -> tuple[list[RetryEvent], list[RetryEvent]]:
-    retries: list[RetryEvent] = []
-    giveups: list[RetryEvent] = []
-    stats.on_retry(retries.append)
-    stats.on_giveup(giveups.append)
-    return retries, giveups
 
 
 # -- acall: each attempt gets the call's arguments ---------------------------------------------
@@ -74,7 +66,7 @@ def test_acall_counts_a_first_try_success_under_its_operation():
 
 def test_acall_abandons_a_hung_attempt_with_a_timeout_naming_the_operation_and_path():
     r = retrier(timeouts={"info": 0.05})
-    retries, _ = events(r.stats)
+    retries, _ = retry_events(r.stats)
     attempts = []
 
     async def info():
@@ -95,7 +87,7 @@ def test_acall_abandons_a_hung_attempt_with_a_timeout_naming_the_operation_and_p
 
 def test_acall_gives_up_with_the_last_error_its_event_and_its_note():
     r = retrier()
-    _, giveups = events(r.stats)
+    _, giveups = retry_events(r.stats)
     made = []
 
     async def info():
@@ -156,7 +148,7 @@ def test_acall_a_failed_backoff_wait_raises_the_storage_error_not_the_waits():
 
     r = Retrier(lambda _op: BACKOFF, ErrorClassifier(), RetryStats(), clock=Clock(),
                 async_sleep=broken_sleep)
-    _, giveups = events(r.stats)
+    _, giveups = retry_events(r.stats)
     made = []
 
     async def info():
@@ -222,7 +214,7 @@ def test_a_reconciliation_check_that_fails_is_a_give_up_event_of_the_operation(d
     policies = {"move": FAST.replace(max_attempts=5)}
     r = Retrier(lambda op: policies.get(op, FAST), ErrorClassifier(), RetryStats(),
                 sleep=Clock().sleep, clock=Clock(), async_sleep=Clock().async_sleep)
-    retries, giveups = events(r.stats)
+    retries, giveups = retry_events(r.stats)
     check_error = PermissionError(13, "Permission denied")
     attempts = []
 
