@@ -27,7 +27,11 @@ from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
 from .native import resends_by_itself, with_native_attempts
 from .native_copy import copy_file_tree, copy_single_file
-from .native_download import download_file_tree, download_single_file
+from .native_download import (
+    download_file_tree,
+    download_single_file,
+    reads_ranges_concurrently,
+)
 from .parts import retry_parts_in_place
 from .placeholders import EmptyAtOpen, creates_empty_at_open
 from .policy import OPERATION_GROUPS, RetryPolicy
@@ -132,6 +136,15 @@ def _write_client(given: Any, inner: pafs.FileSystem, config: WrapperConfig) -> 
 #: Below this size a file is one part of a native S3 upload (S3's minimum part size; pyarrow's
 #: part upload threshold is at least that): its close waits for that one part anyway.
 ONE_PART = 5 * 1024 * 1024
+
+
+def _native_open(inner: pafs.FileSystem, name: str) -> str:
+    """The inner open behind ``name``: a stream of pyarrow S3 or Azure is opened as their
+    random-access file (the same HEAD), so that a large read of it keeps its sub-reads in
+    flight as ranged reads (`ResumableInputFile.read_buffer`), not one after the other."""
+    if name == "open_input_stream" and reads_ranges_concurrently(inner):
+        return "open_input_file"
+    return name
 
 
 def _one_part_client(writer: pafs.FileSystem, attempts: int) -> pafs.FileSystem:
@@ -465,7 +478,8 @@ class RetryingHandler(pafs.FileSystemHandler):
         read_timeout = self.timeouts.get("read")
 
         def opened(name: str) -> Any:
-            inner = self._call(name, path, getattr(self.inner, name), path)
+            inner = self._call(name, path, getattr(self.inner, _native_open(self.inner, name)),
+                               path)
             return inner if read_timeout is None else TimedInputStream(inner, read_timeout,
                                                                        "read", path)
 

@@ -40,7 +40,8 @@ from .redact import redact
 from .streams import SUB_READ, ResumableInputFile
 from .timeouts import in_background
 
-__all__ = ["DownloadSource", "download_file_tree", "download_single_file"]
+__all__ = ["DownloadSource", "download_file_tree", "download_single_file",
+           "reads_ranges_concurrently"]
 
 #: A download has no attempt of its own to abandon: each read is retried where it failed.
 _NEVER = threading.Event()
@@ -52,6 +53,15 @@ _EMPTY = pa.py_buffer(b"")
 #: input file opens its download lazily, holding the GIL (an in-process server never answers).
 _RANGED = tuple(cls for cls in (pafs.S3FileSystem, getattr(pafs, "AzureFileSystem", None))
                 if cls is not None)
+
+
+def reads_ranges_concurrently(fs: pafs.FileSystem) -> bool:
+    """Whether ``fs`` (or the base of a ``SubTreeFileSystem`` of it) is one whose
+    random-access files read ranges concurrently (pyarrow S3 and Azure: each read is its own
+    ranged GET; opening one costs what opening a stream does, one HEAD)."""
+    while isinstance(fs, pafs.SubTreeFileSystem):
+        fs = fs.base_fs
+    return isinstance(fs, _RANGED)
 
 
 class DownloadSource(Protocol):
@@ -119,9 +129,7 @@ def _window(fs: pafs.FileSystem, buffer_size: int, size: int | None) -> int:
     """How many sub-reads of a file to keep in flight; 0: read it as a stream. Only where a
     read of ``buffer_size`` would be several sub-reads, of a file that has several, on a
     filesystem whose files read ranges concurrently (the open costs a HEAD on S3)."""
-    while isinstance(fs, pafs.SubTreeFileSystem):
-        fs = fs.base_fs
-    if not isinstance(fs, _RANGED) or buffer_size <= SUB_READ:
+    if not reads_ranges_concurrently(fs) or buffer_size <= SUB_READ:
         return 0
     if size is not None and size <= SUB_READ:
         return 0

@@ -157,6 +157,24 @@ def test_a_whole_read_of_a_stream_is_served_as_sub_reads(s3_fault_endpoint, stor
     assert len(ep.requests(op="GetObject")) == len(OBJECT) // SUB + 1
 
 
+def test_one_large_read_of_a_stream_keeps_its_sub_reads_in_flight(s3_fault_endpoint, stored,
+                                                                   small_sub_reads):
+    """``open_input_stream`` on pyarrow S3 opens the random-access file (the same one HEAD),
+    so one large read's sub-reads are ranged GETs in flight together: the first, answered
+    2 s late, is answered after the others in flight with it (one after the other, it would
+    be answered first)."""
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False)
+    late = ep.add_fault(S3Fault.delay(2.0, op="GetObject", when=_ranged_from(0), times=1))
+    with fs.open_input_stream(stored) as f:
+        data = f.read(len(OBJECT))
+    assert _sha(data) == _sha(OBJECT) and ep.fired(late) == 1
+    ranges = [r.headers.get("range", "") for r in ep.requests(op="GetObject")]
+    assert len(ranges) == len(OBJECT) // SUB
+    assert ranges.index(f"bytes=0-{SUB - 1}") >= streams.READ_AHEAD - 1, ranges
+    assert len(ep.requests(op="HeadObject")) == 1
+
+
 @pytest.mark.parametrize("face", ["pyarrow", "fsspec"])  # ranged sub-reads; sequential ones
 def test_a_large_read_that_gives_up_leaves_the_position_where_it_was(s3_fault_endpoint, stored,
                                                                      small_sub_reads, face):
