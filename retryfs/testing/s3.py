@@ -38,6 +38,16 @@ at close, then CompleteMultipartUpload at close; parts go out in the background 
 ``background_writes=False``). With ``allow_delayed_open=True`` a stream closed with less than
 `PYARROW_PART_SIZE` is one PutObject; larger ones are multipart as above. Reads are a HeadObject
 at open, then ranged GetObject calls (``Range: bytes=...``).
+
+A ranged GetObject reads only its range from the store (``read_ranges_only=True``, the default),
+as S3 does: moto 5's own GetObject reads and copies the whole object (``FakeKey.value``) and
+then slices the range out of it, so the 8 ranged GETs of 8 MiB that read a 64 MiB object cost
+512 MiB of reads and copies in the server. For a GET whose ``Range`` is one ``bytes=A-`` or
+``bytes=A-B`` (B >= A) and that has no ``partNumber``, `FakeKey.value` is a `_RangeView` on
+the serving thread while moto handles the request: its length and the slice moto takes are read
+from the key's buffer under the key's lock, and anything else asked of it (or a range moto
+treats as the whole object) reads the whole object as moto does. Every answer is moto's own,
+byte for byte (``tests/test_s3_ranges.py``); ``read_ranges_only=False`` is moto as it comes.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -54,6 +65,7 @@ from xml.sax.saxutils import escape
 import pyarrow.fs
 from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
 from moto.s3.models import FakeKey, FakeMultipart, s3_backends
+from moto.s3.responses import S3Response
 
 from ._plan import PlanAndRecord
 from ._wire import Drop as _Drop
@@ -93,6 +105,108 @@ PYARROW_PART_SIZE = 10 * 1024 * 1024
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
+
+
+# -- ranged GetObject in O(range) ------------------------------------------------------------------
+
+#: ``ranged``: this thread is serving, in `S3FaultEndpoint._call_moto`, a GetObject of one range.
+_serving = threading.local()
+
+#: A Range header served by `_RangeView`: one range from a first byte, to a last byte or the end.
+_ONE_RANGE = re.compile(r"bytes=([0-9]+)-([0-9]*)")
+
+
+def _one_range(request: S3Request) -> bool:
+    """Whether moto would slice `request`'s answer out of `FakeKey.value` as one range: a GET
+    of one ``bytes=A-`` or ``bytes=A-B`` with B >= A, not of a part (``partNumber``)."""
+    found = _ONE_RANGE.fullmatch(request.headers.get("range", ""))
+    return (request.method == "GET" and found is not None and "partNumber" not in request.query
+            and (not found[2] or int(found[2]) >= int(found[1])))
+
+
+class _RangeView:
+    """`FakeKey.value` while a ranged GetObject is served: ``len()``, and slices read from the
+    key's buffer under its lock (moto's ``_handle_range_header`` asks for these two only); any
+    other use reads the whole object as moto does (`materialise`). A key's buffer is written
+    once, when moto creates the key (an overwrite is a new key), and the view holds its key, so
+    a request sees one object even if it is replaced meanwhile. No buffer protocol on purpose:
+    moto's ``_enrich_response`` tries a regex on every body and ignores the TypeError."""
+
+    __slots__ = ("_key", "_length")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, key: FakeKey) -> None:
+        self._key = key
+        with key.lock:
+            self._length = key._value_buffer.seek(0, os.SEEK_END)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._length)
+            if step == 1:
+                with self._key.lock:
+                    self._key._value_buffer.seek(start)
+                    return self._key._value_buffer.read(max(stop - start, 0))
+        return self.materialise()[index]
+
+    def materialise(self) -> bytes:
+        """The whole object, read as moto reads it."""
+        return bytes(_moto_value(self._key))
+
+    def __bytes__(self) -> bytes:
+        return self.materialise()
+
+    def __iter__(self) -> Any:
+        return iter(self.materialise())
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self.materialise()
+
+    def __eq__(self, other: object) -> bool:
+        return self.materialise() == other
+
+    def __add__(self, other: Any) -> bytes:
+        return self.materialise() + other
+
+    def __radd__(self, other: Any) -> bytes:
+        return other + self.materialise()
+
+    def __getattr__(self, name: str) -> Any:  # .decode, .startswith, ...: those of the bytes
+        return getattr(self.materialise(), name)
+
+    def __repr__(self) -> str:
+        return f"_RangeView({self._key.name!r}, {self._length} bytes)"
+
+
+def _value(key: FakeKey) -> Any:
+    """`FakeKey.value`: a `_RangeView` on a thread serving one range, else moto's own."""
+    if getattr(_serving, "ranged", False):
+        return _RangeView(key)
+    return _moto_value(key)
+
+
+def _key_response(self: S3Response, *args: Any, **kwargs: Any) -> Any:
+    """moto's ``S3Response.key_response``, with a `_RangeView` it answers with (a range moto
+    treats as the whole object) made bytes: werkzeug would iterate anything else."""
+    result = _moto_key_response(self, *args, **kwargs)
+    if isinstance(result, tuple) and len(result) == 3 and isinstance(result[2], _RangeView):
+        result = (result[0], result[1], result[2].materialise())
+    return result
+
+
+# Installed once per process (a reload of this module keeps moto's originals).
+_moto_value: Callable[[FakeKey], bytes] = getattr(FakeKey.value.fget, "moto_original",
+                                                  FakeKey.value.fget)
+_moto_key_response: Callable[..., Any] = getattr(S3Response.key_response, "moto_original",
+                                                 S3Response.key_response)
+_value.moto_original = _moto_value  # type: ignore[attr-defined]
+_key_response.moto_original = _moto_key_response  # type: ignore[attr-defined]
+setattr(FakeKey, "value", property(_value, FakeKey.value.fset))  # noqa: B010 - mypy: a property
+setattr(S3Response, "key_response", _key_response)  # noqa: B010
+
 
 class _CountingInput:
     """``wsgi.input`` that counts the request body bytes read from it."""
@@ -142,12 +256,16 @@ class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
     (`create_bucket`, `put_object`, `get_object`, `keys`) go to the store directly: no faults,
     no record. Clients built by `pyarrow_fs`, `s3fs`, `boto3_client` have their own retries
     off and dummy credentials set explicitly, so the environment's ``AWS_*`` do not leak in.
+
+    `read_ranges_only` (an attribute too): a GetObject of one range reads that range from the
+    store, not the whole object as moto does (the module's docstring); False is moto's own.
     """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, region: str = "us-east-1",
-                 max_stall: float = 30.0) -> None:
+                 max_stall: float = 30.0, read_ranges_only: bool = True) -> None:
         self.region = region
         self.max_stall = max_stall
+        self.read_ranges_only = read_ranges_only
         self.account_id = _new_account_id()
         self._address = (host, port)
         super().__init__()
@@ -316,7 +434,8 @@ class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
         if fault is None or fault.applied or kind in ("truncate", "delay"):
             if kind == "delay":
                 self._stopping.wait(min(fault.seconds, self.max_stall))  # type: ignore[union-attr]
-            status, headers, payload = self._call_moto(environ)
+            status, headers, payload = self._call_moto(
+                environ, ranged=self.read_ranges_only and _one_range(request))
             if fault is None or kind == "delay":
                 self._log(request, fault, body, status, len(payload))
                 start_response(_status_line(status), headers)
@@ -356,13 +475,19 @@ class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
                     return armed.fault
         return None
 
-    def _call_moto(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
+    def _call_moto(self, environ: dict[str, Any], *, ranged: bool = False,
+                   ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """moto's answer to `environ`; `ranged`: a GetObject of one range (`_RangeView`)."""
         captured: list[Any] = []
 
         def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None):
             captured[:] = [status, headers]
 
-        result = self._moto(environ, start_response)
+        _serving.ranged = ranged
+        try:
+            result = self._moto(environ, start_response)
+        finally:
+            _serving.ranged = False
         try:
             payload = b"".join(result)
         finally:
