@@ -44,9 +44,10 @@ as S3 does: moto 5's own GetObject reads and copies the whole object (``FakeKey.
 then slices the range out of it, so the 8 ranged GETs of 8 MiB that read a 64 MiB object cost
 512 MiB of reads and copies in the server. For a GET whose ``Range`` is one ``bytes=A-`` or
 ``bytes=A-B`` (B >= A) and that has no ``partNumber``, `FakeKey.value` is a `_RangeView` on
-the serving thread while moto handles the request: its length and the slice moto takes are read
-from the key's buffer under the key's lock, and anything else asked of it (or a range moto
-treats as the whole object) reads the whole object as moto does. Every answer is moto's own,
+the serving thread while moto handles the request: the object's length and that range, read
+from the key's buffer under the key's lock when moto reads the value, which are all moto asks of
+it; anything else asked of it (or a range moto treats as the whole object) reads the whole
+object as moto does. Every answer is moto's own,
 byte for byte (``tests/test_s3_ranges.py``); ``read_ranges_only=False`` is moto as it comes.
 """
 
@@ -107,38 +108,47 @@ ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 
 
-# -- ranged GetObject in O(range) ------------------------------------------------------------------
+# -- a GetObject of one range in O(range) ------------------------------------------------------
 
-#: ``ranged``: this thread is serving, in `S3FaultEndpoint._call_moto`, a GetObject of one range.
+#: ``range``: the range (first byte, last byte or None) of the GetObject this thread is serving
+#: in `S3FaultEndpoint._call_moto`, None if it is not serving one.
 _serving = threading.local()
 
 #: A Range header served by `_RangeView`: one range from a first byte, to a last byte or the end.
 _ONE_RANGE = re.compile(r"bytes=([0-9]+)-([0-9]*)")
 
 
-def _one_range(request: S3Request) -> bool:
-    """Whether moto would slice `request`'s answer out of `FakeKey.value` as one range: a GET
-    of one ``bytes=A-`` or ``bytes=A-B`` with B >= A, not of a part (``partNumber``)."""
+def _one_range(request: S3Request) -> tuple[int, int | None] | None:
+    """The range moto will slice out of `FakeKey.value` for `request`, if it is a GET of one
+    ``bytes=A-`` or ``bytes=A-B`` with B >= A, not of a part (``partNumber``): (A, B or None)."""
     found = _ONE_RANGE.fullmatch(request.headers.get("range", ""))
-    return (request.method == "GET" and found is not None and "partNumber" not in request.query
-            and (not found[2] or int(found[2]) >= int(found[1])))
+    if request.method != "GET" or found is None or "partNumber" in request.query:
+        return None
+    first, last = int(found[1]), int(found[2]) if found[2] else None
+    return None if last is not None and last < first else (first, last)
 
 
 class _RangeView:
-    """`FakeKey.value` while a ranged GetObject is served: ``len()``, and slices read from the
-    key's buffer under its lock (moto's ``_handle_range_header`` asks for these two only); any
-    other use reads the whole object as moto does (`materialise`). A key's buffer is written
-    once, when moto creates the key (an overwrite is a new key), and the view holds its key, so
-    a request sees one object even if it is replaced meanwhile. No buffer protocol on purpose:
-    moto's ``_enrich_response`` tries a regex on every body and ignores the TypeError."""
+    """`FakeKey.value` while a GetObject of one range is served: its ``len()``, and the slice
+    of that range, read when moto reads the value (under the key's lock, as moto reads it:
+    an overwrite disposes of the old key, so a read any later could find it closed), which is
+    all moto's ``_handle_range_header`` asks for. Any other slice is read then; any other use,
+    and a range moto treats as the whole object, reads the whole object as moto does
+    (`materialise`). No buffer protocol on purpose: moto's ``_enrich_response`` tries a regex on
+    every body and ignores the TypeError."""
 
-    __slots__ = ("_key", "_length")
+    __slots__ = ("_key", "_length", "_start", "_stop", "_data")
     __hash__ = None  # type: ignore[assignment]
 
-    def __init__(self, key: FakeKey) -> None:
+    def __init__(self, key: FakeKey, first: int, last: int | None) -> None:
         self._key = key
         with key.lock:
-            self._length = key._value_buffer.seek(0, os.SEEK_END)
+            buffer = key._value_buffer
+            self._length = buffer.seek(0, os.SEEK_END)
+            self._start = min(first, self._length)
+            self._stop = self._length if last is None else min(last + 1, self._length)
+            buffer.seek(self._start)
+            self._data = buffer.read(max(self._stop - self._start, 0))
 
     def __len__(self) -> int:
         return self._length
@@ -146,10 +156,13 @@ class _RangeView:
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             start, stop, step = index.indices(self._length)
+            stop = max(stop, start)
+            if step == 1 and (start, stop) == (self._start, self._stop):
+                return self._data
             if step == 1:
                 with self._key.lock:
                     self._key._value_buffer.seek(start)
-                    return self._key._value_buffer.read(max(stop - start, 0))
+                    return self._key._value_buffer.read(stop - start)
         return self.materialise()[index]
 
     def materialise(self) -> bytes:
@@ -183,8 +196,9 @@ class _RangeView:
 
 def _value(key: FakeKey) -> Any:
     """`FakeKey.value`: a `_RangeView` on a thread serving one range, else moto's own."""
-    if getattr(_serving, "ranged", False):
-        return _RangeView(key)
+    served = getattr(_serving, "range", None)
+    if served is not None:
+        return _RangeView(key, *served)
     return _moto_value(key)
 
 
@@ -435,7 +449,7 @@ class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
             if kind == "delay":
                 self._stopping.wait(min(fault.seconds, self.max_stall))  # type: ignore[union-attr]
             status, headers, payload = self._call_moto(
-                environ, ranged=self.read_ranges_only and _one_range(request))
+                environ, ranged=_one_range(request) if self.read_ranges_only else None)
             if fault is None or kind == "delay":
                 self._log(request, fault, body, status, len(payload))
                 start_response(_status_line(status), headers)
@@ -475,19 +489,19 @@ class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
                     return armed.fault
         return None
 
-    def _call_moto(self, environ: dict[str, Any], *, ranged: bool = False,
+    def _call_moto(self, environ: dict[str, Any], *, ranged: tuple[int, int | None] | None = None,
                    ) -> tuple[int, list[tuple[str, str]], bytes]:
-        """moto's answer to `environ`; `ranged`: a GetObject of one range (`_RangeView`)."""
+        """moto's answer to `environ`; `ranged`: the range of a GetObject of one (`_one_range`)."""
         captured: list[Any] = []
 
         def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None):
             captured[:] = [status, headers]
 
-        _serving.ranged = ranged
+        _serving.range = ranged
         try:
             result = self._moto(environ, start_response)
         finally:
-            _serving.ranged = False
+            _serving.range = None
         try:
             payload = b"".join(result)
         finally:
