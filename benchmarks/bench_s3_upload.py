@@ -11,7 +11,11 @@ machine disturbs far less than the wall clock.
 ``--server seaweedfs`` runs the same against SeaweedFS's S3 gateway (``weed``, the ``bench``
 extra), a faster real S3 server than moto, whose own CPU bounds moto's figures.
 
+``--stock-moto`` serves moto's own ranged GETs (``S3FaultEndpoint(read_ranges_only=False)``),
+each of which reads the whole object: the download figures of moto as it comes.
+
 Usage: python -m benchmarks.bench_s3_upload [--quick] [--server moto|seaweedfs] [--rounds N]
+       [--stock-moto]
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY
 _SERVER = """
 import sys
 from retryfs.testing.s3 import S3FaultEndpoint
-endpoint = S3FaultEndpoint().start()
+endpoint = S3FaultEndpoint(read_ranges_only=sys.argv[2] == "range").start()
 endpoint.create_bucket(sys.argv[1])
 print(endpoint.endpoint, flush=True)
 sys.stdin.read()  # until the parent closes the pipe
@@ -46,10 +50,12 @@ endpoint.stop()
 
 
 @contextmanager
-def moto_process(bucket: str) -> Iterator[str]:
-    """``host:port`` of an `S3FaultEndpoint` (no faults) serving in a child process."""
-    server = subprocess.Popen([sys.executable, "-c", _SERVER, bucket], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+def moto_process(bucket: str, stock: bool = False) -> Iterator[str]:
+    """``host:port`` of an `S3FaultEndpoint` (no faults) serving in a child process; `stock`:
+    with moto's own ranged GETs (each reads the whole object)."""
+    server = subprocess.Popen([sys.executable, "-c", _SERVER, bucket,
+                               "whole" if stock else "range"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         yield server.stdout.readline().strip()
@@ -80,10 +86,11 @@ SERVERS = {"moto": (moto_process, ACCESS_KEY, SECRET_KEY),
 
 
 def upload_download(tree: Tree, rounds: int, warmup: bool = True,
-                    server: str = "moto") -> list[str]:
+                    server: str = "moto", stock_moto: bool = False) -> list[str]:
     bucket = "bench-s3"
     serve, access_key, secret_key = SERVERS[server]
-    with scratch("s3") as work, serve(bucket) as endpoint:
+    served = moto_process(bucket, stock=True) if stock_moto else serve(bucket)
+    with scratch("s3") as work, served as endpoint:
         src = tree.make(os.path.join(work, "ckpt"))
         native = pafs.S3FileSystem(  # pyarrow's default retry schedule (3 attempts)
             access_key=access_key, secret_key=secret_key, region="us-east-1", scheme="http",
@@ -116,7 +123,8 @@ def upload_download(tree: Tree, rounds: int, warmup: bool = True,
                     figures["down"][name].append(mib / down)
                     figures["up_cpu"][name].append(up_cpu / mib * 1024)
                     figures["down_cpu"][name].append(down_cpu / mib * 1024)
-    what = f"{tree.describe()}, {server} S3 on loopback, {rounds} rounds"
+    what = (f"{tree.describe()}, {server} S3{' (its own ranged GETs)' if stock_moto else ''} "
+            f"on loopback, {rounds} rounds")
     return [
         timing_table(f"copy_files local -> S3 of {what}", "MiB/s", figures["up"], UNWRAPPED,
                      digits=1, ratio_name="throughput ratio"),
@@ -139,13 +147,18 @@ def main() -> None:
     parser.add_argument("--server", choices=sorted(SERVERS), default="moto",
                         help="seaweedfs: a faster real S3 server than moto (the bench extra)")
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--stock-moto", action="store_true",
+                        help="moto's own ranged GETs, each reading the whole object")
     args = parser.parse_args()
-    if args.server == "moto" and args.rounds is None:
+    if args.stock_moto and args.server != "moto":
+        parser.error("--stock-moto is for --server moto")
+    if args.server == "moto" and args.rounds is None and not args.stock_moto:
         print("\n\n".join(run(args.quick)))
         return
     tree = QUICK_TREE if args.quick else FULL_TREE
     rounds = args.rounds or (2 if args.quick else 7)
-    print("\n\n".join(upload_download(tree, rounds, server=args.server)))
+    print("\n\n".join(upload_download(tree, rounds, server=args.server,
+                                       stock_moto=args.stock_moto)))
 
 
 if __name__ == "__main__":
