@@ -10,6 +10,7 @@ as before; concurrent ranged GETs of an object being replaced each see one objec
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import http.client
 import os
@@ -342,6 +343,7 @@ def test_the_view_answers_everything_as_the_bytes_do() -> None:
         assert list(view) == list(data) and data[5:9] in view
         assert view + b"x" == data + b"x" and b"x" + view == b"x" + data
         assert view.startswith(data[:3]) and view.hex() == data.hex()
+        assert copy.copy(view) == data  # a copy is a view of the same key
         with pytest.raises(TypeError):  # no buffer protocol: moto's regex on bodies skips it
             re.sub("a", "b", view)  # type: ignore[call-overload]
         assert isinstance(key.value, bytes) and key.value == data  # outside a ranged GET

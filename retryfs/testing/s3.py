@@ -188,6 +188,8 @@ class _RangeView:
         return other + self.materialise()
 
     def __getattr__(self, name: str) -> Any:  # .decode, .startswith, ...: those of the bytes
+        if name.startswith("_"):  # a slot not set yet (copy, pickle), or a protocol's probe
+            raise AttributeError(name)
         return getattr(self.materialise(), name)
 
     def __repr__(self) -> str:
