@@ -11,6 +11,11 @@ class CommitNotVisibleError(OSError):
     Transient by classification: the stream replays its bytes and commits again.
     """
 
+    @classmethod
+    def copied(cls, path: str, size: int) -> CommitNotVisibleError:
+        """The error of a copy whose destination does not hold the ``size`` bytes copied."""
+        return cls(f"{path!r} was committed but does not hold the {size} bytes copied")
+
 
 class InnerFileClosedError(ConnectionError):
     """An inner file closed itself: a read, seek or size said ``I/O operation on closed file``

@@ -45,6 +45,7 @@ from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, on
 from .commits import FailedCommits, report_commit, watching
 from .engine import Retrier
 from .errors import CommitNotVisibleError
+from .local_batch import PlannedFile, SmallFileBatch, split_local
 from .placeholders import EmptyAtOpen
 from .streams import abandon_stream, discard
 from .timeouts import AttemptTimeoutError, in_background, run_with_timeout
@@ -94,11 +95,39 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
                 break
         _check_later(handler, source_fs, destination_base, later)
         return
+    batch = None
+    if later is None:
+        batch, files = _small_file_batch(handler, source_fs, files)
+    if batch is not None:
+        batch.start()  # beside the big files' copies
     failed = run_bounded(files, lambda file, release: _WatchedCopy(
         handler, source_fs, *file, release, later).start())
+    escaped = batch.wait() if batch is not None else []
     _check_later(handler, source_fs, destination_base, later)
-    if failed:  # an error that escaped a file's copy (its own failures are the guard's)
-        raise failed[0][1]
+    if failed or escaped:  # an error that escaped a file's copy (its failures are the guard's)
+        raise failed[0][1] if failed else escaped[0]
+
+
+def _small_file_batch(handler: CopyTarget, source_fs: pafs.FileSystem,
+                      files: list[PlannedFile]
+                      ) -> tuple[SmallFileBatch | None, list[PlannedFile]]:
+    """The small local files of a tree copy onto a local disk, copied by one worker
+    (`retryfs.local_batch`; ``None`` when there are not two of them), and the other files."""
+    small, rest = split_local(source_fs, handler.writer_for(0), files)
+    if len(small) < 2:
+        return None, files
+
+    def retry(planned: PlannedFile, error: Exception, started: float,
+              seconds: float | None) -> None:
+        source, destination, buffer_size, size = planned
+        _report(handler, destination, _retried(handler, source_fs, source, destination,
+                                               buffer_size, size, seconds, error, started))
+
+    def copy(planned: PlannedFile) -> None:
+        _copy_file(handler, source_fs, *planned)
+
+    return SmallFileBatch(handler, small, retry, copy,
+                          lambda destination, error: _report(handler, destination, error)), rest
 
 
 def _lists_tree(handler: CopyTarget, files: list[PlannedFile]) -> bool:
@@ -152,7 +181,7 @@ def _settle(handler: CopyTarget, source_fs: pafs.FileSystem, file: _Unchecked,
     elif file.destination in sizes and sizes[file.destination] in (None, file.copied):
         missing = None
     else:
-        missing = _not_visible(file.destination, file.copied)
+        missing = CommitNotVisibleError.copied(file.destination, file.copied)
     if missing is None:
         handler.retrier.first_try_succeeded("copy_files")
         _report(handler, file.destination, unverified[0] if unverified else None)
@@ -183,9 +212,6 @@ def _report(handler: CopyTarget, destination: str, error: BaseException | None) 
     handler.failed_commits.record(destination, error)
     report_commit(watching(), destination, error)
 
-
-#: ``(source, destination, read size, size)`` of one file of a tree copy (`plan_tree`).
-PlannedFile = tuple[str, str, int, "int | None"]
 
 
 def run_bounded(files: list[PlannedFile],
@@ -576,9 +602,5 @@ def _proof(call: Callable[..., Any], landed: Callable[[str, int], bool], path: s
     except Exception as exc:  # noqa: BLE001 - raised after the copy loop, never re-copied
         unverified.append(exc)
         return None
-    return None if ok else _not_visible(path, size)
+    return None if ok else CommitNotVisibleError.copied(path, size)
 
-
-def _not_visible(path: str, size: int) -> CommitNotVisibleError:
-    return CommitNotVisibleError(
-        f"{path!r} was committed but does not hold the {size} bytes copied")
