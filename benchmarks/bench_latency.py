@@ -6,8 +6,9 @@ takes tens of milliseconds to a first byte). ``copy_files`` to tmpfs with Ray Tr
 ``chunk_size`` (64 MiB): unwrapped pyarrow S3 (one GET per chunk), retryfs (the chunk's 8 MiB
 sub-reads in flight together), retryfs with 2 MiB sub-reads (``streams.SUB_READ``: what a
 fault at the worst place costs, 1.03x of a 64 MiB file instead of 1.12x, against one request
-per 2 MiB), and retryfs reading 8 MiB sub-reads one at a time
-(``native_download.MAX_WINDOW = 0``, as before). Contenders alternate round by round; the
+per 2 MiB), retryfs reading 8 MiB sub-reads one at a time
+(``native_download.MAX_WINDOW = 0``), and for a tree retryfs with each file's whole window
+of 8 in flight (before `native_download.tree_share` divided the IO threads among the files). Contenders alternate round by round; the
 ratios are throughput against unwrapped, per round. Opt-in (not in ``make bench``).
 
 Usage: python -m benchmarks.bench_latency [--delay-ms 30] [--rounds 7] [--shape big,tree]
@@ -38,22 +39,25 @@ SHAPES = {"big": [256 * MiB], "64mib": [64 * MiB], "tree": [64 * MiB] + [64 * 10
 
 
 def _timed_download(fs: pafs.FileSystem, dest: str, window: int | None,
-                    sub_read: int | None = None) -> float:
+                    sub_read: int | None = None, whole_window: bool = False) -> float:
     """``window``: sub-reads in flight (None: the default); ``sub_read``: their size (None:
-    `streams.SUB_READ`)."""
+    `streams.SUB_READ`); ``whole_window``: every file of a tree gets the whole window, as
+    before `native_download.tree_share`."""
     shutil.rmtree(dest, ignore_errors=True)
     os.makedirs(dest)
-    saved = native_download.MAX_WINDOW, streams.SUB_READ
+    saved = native_download.MAX_WINDOW, streams.SUB_READ, native_download.tree_share
     if window is not None:
         native_download.MAX_WINDOW = window
     if sub_read is not None:
         streams.SUB_READ = sub_read
+    if whole_window:
+        native_download.tree_share = lambda io_threads, files: native_download.MAX_WINDOW
     try:
         started = time.perf_counter()
         pafs.copy_files(f"{BUCKET}/tree", dest, source_filesystem=fs, chunk_size=CHUNK)
         return time.perf_counter() - started
     finally:
-        native_download.MAX_WINDOW, streams.SUB_READ = saved
+        native_download.MAX_WINDOW, streams.SUB_READ, native_download.tree_share = saved
 
 
 def run(delay_ms: float, rounds: int, shapes: list[str]) -> list[str]:
@@ -88,6 +92,9 @@ def run(delay_ms: float, rounds: int, shapes: list[str]) -> list[str]:
                                                               None, 2 * MiB),
                 "retryfs, one sub-read at a time": functools.partial(_timed_download, wrapped,
                                                                      dest, 0),
+                **({"retryfs, each file 8 in flight": functools.partial(
+                    _timed_download, wrapped, dest, None, whole_window=True)}
+                   if len(sizes) > 1 else {}),
             }, rounds)
             total = sum(sizes) / MiB
             throughput = {name: [total / seconds for seconds in values]

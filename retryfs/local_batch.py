@@ -2,22 +2,23 @@
 
 Through the generic path (`retryfs.native_copy`) each file of a threaded ``copy_files`` is a
 pool task with a watchdog, a pair of native streams, a temporary name, a rename, a retried
-check and a report: measured here at about 0.5 ms a file onto tmpfs, where Arrow's own copy of
-a 64 KiB file costs 60 us. A checkpoint of hundreds of small files then copied at a fifth of
-unwrapped speed. When the source and the destination of a file are both plain local paths
+check and a report: 0.3-0.6 ms a file onto tmpfs, where Arrow's own copy of a 64 KiB file
+costs 40-60 us, so a checkpoint of hundreds of small files copied at a fraction of unwrapped
+speed. When the source and the destination of a file are both plain local paths
 (``LocalFileSystem``, or a ``SubTreeFileSystem`` of one) and it holds at most `SMALL_FILE`
-bytes, it joins a batch that one worker copies in listing order, while the big files go on
-as before beside it. Each file of the batch keeps the generic path's promises:
+bytes, it joins a batch that `WORKERS` worker copies in listing order, while the big files go
+on as before beside it. Each file of the batch keeps the generic path's promises:
 
-- it is written beside its destination (``.name.retryfs-<tag>.tmp``, created exclusively) and
-  renamed into place: a destination never holds a prefix;
-- with ``verify_writes`` its size after the rename is checked, as its own retried ``verify``
-  call (a failed check copies it again; a check that gives up leaves it unverified);
-- its attempt is watched with its own ``write_timeout`` (plus its bytes at
-  ``min_throughput``), as the generic path's first attempt is. When that expires (a stalled
-  NFS write), the batch's worker is left behind, marked abandoned: it never renames again.
-  The stalled file goes on with its retries, counted as an attempt that timed out, and the
-  rest of the batch on a fresh worker;
+- the kernel copies it (``sendfile``; reads and writes where that is refused) into
+  ``.name.retryfs-<tag><n>.tmp``, created exclusively beside its destination, renamed into
+  place after: a destination never holds a prefix;
+- with ``verify_writes`` its size after the rename is checked, as its own ``verify`` call
+  (retried if the stat fails; a short or missing file is copied again; a check that gives up
+  leaves it unverified);
+- its attempt is bounded by its own ``write_timeout`` (plus its bytes at ``min_throughput``),
+  watched lazily (`_Worker`). When that expires (a stalled NFS write), the worker is left
+  behind, marked expired: it never renames again. The stalled file goes on with its retries,
+  counted as an attempt that timed out, and the rest of the batch on a fresh worker;
 - a failure the destination's classifier retries becomes that file's retries, the failed
   attempt counted; any other failure sends the file through the generic path from its first
   attempt (Arrow's streams), so that a permanent error is the one unwrapped pyarrow raises
@@ -72,8 +73,9 @@ __all__ = ["SMALL_FILE", "WORKERS", "LocalFile", "SmallFileBatch", "local_path",
 #: the generic path's overhead, and gets Arrow's one-file copy with the GIL released).
 SMALL_FILE = 1 << 20
 
-#: Workers per batch: two keep both cores busy with the kernel's part of each file (its
-#: syscalls release the GIL); more only contend for the GIL.
+#: Workers per batch. One: a second one beside it did not copy the 300 small files of the
+#: benchmark's tree faster on 2 cores (the Python between the syscalls waits for the GIL), and
+#: cost 1.2-1.8x the CPU.
 WORKERS = 1
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -171,7 +173,7 @@ class _Worker:
 
 
 class SmallFileBatch:
-    """Copies its files on `WORKERS` workers (`start`); `wait` returns when each has ended."""
+    """Copies its files on `WORKERS` worker(s) (`start`); `wait` returns when each has ended."""
 
     def __init__(self, handler: BatchTarget, files: list[LocalFile], retry: Retry,
                  copy: Copy, report: Report) -> None:

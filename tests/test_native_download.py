@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 from _helpers import FAST, sha256
@@ -179,6 +180,45 @@ def test_a_large_chunk_is_read_as_ranged_sub_reads_in_flight_together(s3_fault_e
     assert len(ep.requests(op="HeadObject", path="*/model.pt")) == 1
     assert sum(r.response_bytes for r in gets) == len(LARGE)
     assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 0
+
+
+def test_in_a_tree_of_many_files_a_large_one_keeps_two_sub_reads_in_flight(s3_fault_endpoint,
+                                                                          s3_fault_bucket,
+                                                                          tmp_path):
+    """A tree of one large file and ten small ones, 8 IO threads: the large file gets 2 of
+    its sub-reads in flight (`tree_share`), not 8 beside the small files' requests. Its first
+    sub-read answered 2 s late is the second one answered: one more was in flight with it,
+    and no third started before it came back. The bytes are every file's."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "ckpt/model.pt", LARGE)
+    small = {f"ckpt/shards/{i}.bin": random.Random(i).randbytes(1000) for i in range(10)}
+    for key, data in small.items():
+        ep.put_object(bucket, key, data)
+    late = ep.add_fault(S3Fault.delay(2.0, op="GetObject", when=_range_from(0), times=1,
+                                      path=f"{bucket}/ckpt/model.pt"))
+    fs = _source(ep)
+    down = tmp_path / "down"
+    down.mkdir()
+    threads = pa.io_thread_count()
+    pa.set_io_thread_count(8)
+    try:
+        pafs.copy_files(f"{bucket}/ckpt", str(down), source_filesystem=fs,
+                        chunk_size=BIG_CHUNK)
+    finally:
+        pa.set_io_thread_count(threads)
+    assert ep.fired(late) == 1
+    assert sha256((down / "model.pt").read_bytes()) == sha256(LARGE)
+    for key, data in small.items():
+        assert (down / key.removeprefix("ckpt/")).read_bytes() == data
+    ranges = _ranges(_gets(ep, "model.pt"))
+    assert len(ranges) == 5 and ranges[1] == f"bytes=0-{SUB - 1}", ranges
+
+
+def test_a_trees_files_share_the_io_threads() -> None:
+    from retryfs.native_download import MAX_WINDOW, tree_share
+    assert tree_share(8, 1) == MAX_WINDOW == 8 and tree_share(16, 1) == 8
+    assert tree_share(8, 2) == 4 and tree_share(8, 3) == 2 and tree_share(8, 101) == 2
+    assert tree_share(0, 5) == 2 and tree_share(1, 0) == 2
 
 
 def test_a_cut_sub_read_costs_that_sub_read_only(s3_fault_endpoint, s3_fault_bucket, tmp_path):
