@@ -7,7 +7,9 @@ byte-identical. Per client and fault rate: the completion rate over the trials, 
 client sent per byte stored, the bytes the server sent per byte downloaded, and the time
 against the same client's fault-free run. Clients, each with its own retries as shipped:
 
-- retryfs over pyarrow's ``S3FileSystem`` (its SDK retries off: one retry layer);
+- retryfs over pyarrow's ``S3FileSystem`` as ``from_uri`` builds it (reads and metadata calls
+  with the SDK's retries off, one retry layer; its write client keeps 3 SDK attempts per
+  part request, so that a failed part is sent again alone, not the file);
 - pyarrow's ``S3FileSystem`` alone (AWS standard retry strategy, 3 attempts: its default);
 - s3fs (5 attempts of its own loop over botocore's 5: their defaults);
 - Ray Data's ``RetryingPyFileSystem`` over pyarrow's ``S3FileSystem`` (3 SDK attempts);
@@ -122,7 +124,7 @@ def _obstore_client(endpoint: S3FaultEndpoint) -> Client | None:
 
 def clients(endpoint: S3FaultEndpoint) -> list[Client]:
     found = [
-        _arrow_client("retryfs", retryfs.RetryingFileSystem(endpoint.pyarrow_fs(max_attempts=1))),
+        _arrow_client("retryfs", retryfs.from_uri(endpoint.uri(BUCKET))[0]),
         _arrow_client("pyarrow S3 (own retries)", endpoint.pyarrow_fs(max_attempts=3)),
         _s3fs_client(endpoint),
     ]
