@@ -259,7 +259,7 @@ class SmallFileBatch:
             with worker.lock:
                 if worker.expired:
                     return  # this file and the rest went on elsewhere
-                worker.current = None  # its check is a metadata call with timeouts of its own
+                worker.current = None  # its check is outside the timeout, as the generic path's
             unproven: Exception | None = None
             if error is None and verify:
                 error, unproven = _check(retrier, file.destination, copied)

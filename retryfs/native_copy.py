@@ -24,7 +24,10 @@ Per-file cost: in a threaded tree copy each file's first attempt runs on its poo
 watchdog (`retryfs.watchdog`), not behind a thread hop to a timed worker (two thread switches
 per file, more than copying a small file costs on a loaded machine); a local file of several
 chunks is written (beside its destination) by Arrow's own one-file copy, one buffer read into
-again and again with the GIL released, as unwrapped ``copy_files`` does.
+again and again with the GIL released, as unwrapped ``copy_files`` does. The small files of a
+threaded tree copy from a local disk onto one (`retryfs.local_batch`) are copied by one
+worker's loop beside the others, each handed back here (`_retried`, `_copy_file`) when its
+attempt fails.
 """
 
 from __future__ import annotations
@@ -211,7 +214,6 @@ def _report(handler: CopyTarget, destination: str, error: BaseException | None) 
     """How ``destination``'s commit ended, to the record and to the copy_files guard."""
     handler.failed_commits.record(destination, error)
     report_commit(watching(), destination, error)
-
 
 
 def run_bounded(files: list[PlannedFile],
@@ -603,4 +605,3 @@ def _proof(call: Callable[..., Any], landed: Callable[[str, int], bool], path: s
         unverified.append(exc)
         return None
     return None if ok else CommitNotVisibleError.copied(path, size)
-

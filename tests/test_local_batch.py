@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 from _helpers import FAST
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retryfs import RetryingFileSystem, local_batch, native_copy
@@ -213,7 +213,7 @@ def test_a_stalled_file_is_retried_and_the_stalled_worker_never_renames(
     assert fs.failed_commits() == {}
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None)
 @given(plan=st.lists(st.tuples(st.integers(0, 9000), st.sampled_from(["ok", "busy", "short"])),
                      min_size=2, max_size=12))
 def test_any_mix_of_failures_costs_one_attempt_each(
