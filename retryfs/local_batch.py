@@ -47,8 +47,8 @@ import pyarrow.fs as pafs
 
 from .classify import Decision
 from .engine import Retrier
-from .errors import CommitNotVisibleError
 from .timeouts import AttemptTimeoutError, in_background
+from .tree_verify import proof
 from .watchdog import watch
 
 
@@ -340,20 +340,12 @@ def _send_all(source: int, destination: int, size: int) -> int:
 
 
 def _check(retrier: Retrier, path: str, size: int) -> tuple[Exception | None, Exception | None]:
-    """The retried check that ``path`` holds ``size`` bytes (its first attempt inline):
-    ``(the error that proves it does not, None)`` (the file is then copied again),
+    """The retried check that ``path`` holds ``size`` bytes (`retryfs.tree_verify.proof`, by a
+    stat): ``(the error that proves it does not, None)`` (the file is then copied again),
     ``(None, the check's error)`` when it gave up (committed, unproven), or ``(None, None)``."""
-    try:
-        landed = _holds(path, size)
-    except Exception as exc:  # noqa: BLE001 - classified by the retrier
-        try:
-            landed = retrier.recover("verify", path, _holds, (path, size), {}, exc, None,
-                                     retrier.clock())
-        except Exception as gave_up:  # noqa: BLE001 - committed, unproven
-            return None, gave_up
-    else:
-        retrier.first_try_succeeded("verify")
-    return (None, None) if landed else (CommitNotVisibleError.copied(path, size), None)
+    unverified: list[Exception] = []
+    missing = proof(retrier.call, _holds, path, size, unverified)
+    return missing, (unverified[0] if unverified else None)
 
 
 def _holds(path: str, size: int) -> bool:

@@ -52,7 +52,7 @@ from .local_batch import PlannedFile, SmallFileBatch, split_local
 from .placeholders import EmptyAtOpen
 from .streams import abandon_stream, discard
 from .timeouts import AttemptTimeoutError, in_background, run_with_timeout
-from .tree_verify import listed_sizes, note_unproven
+from .tree_verify import listed_sizes, note_unproven, proof
 from .watchdog import watch
 
 __all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "plan_tree",
@@ -179,7 +179,7 @@ def _settle(handler: CopyTarget, source_fs: pafs.FileSystem, file: _Unchecked,
     a file found missing or short goes on with its retries, as its own check would have."""
     unverified: list[Exception] = []
     if sizes is None:
-        missing = _proof(handler.retrier.call, handler._landed, file.destination, file.copied,
+        missing = proof(handler.retrier.call, handler._landed, file.destination, file.copied,
                          unverified)
     elif file.destination in sizes and sizes[file.destination] in (None, file.copied):
         missing = None
@@ -590,18 +590,7 @@ def _remove_quietly(fs: pafs.FileSystem, path: str) -> None:
 
 def _verify(call: Callable[..., Any], landed: Callable[[str, int], bool], path: str, size: int,
             unverified: list[Exception]) -> None:
-    missing = _proof(call, landed, path, size, unverified)
+    missing = proof(call, landed, path, size, unverified)
     if missing is not None:
         raise missing
 
-
-def _proof(call: Callable[..., Any], landed: Callable[[str, int], bool], path: str, size: int,
-           unverified: list[Exception]) -> CommitNotVisibleError | None:
-    """The retried check that ``path`` holds ``size`` bytes: the error that proves it does
-    not, or ``None`` (when the check gave up, its error joins ``unverified``)."""
-    try:
-        ok = call("verify", path, landed, path, size)
-    except Exception as exc:  # noqa: BLE001 - raised after the copy loop, never re-copied
-        unverified.append(exc)
-        return None
-    return None if ok else CommitNotVisibleError.copied(path, size)

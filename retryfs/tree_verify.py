@@ -8,6 +8,7 @@ recursive listing of the destination base answers the same question for every fi
 replaces (operation ``verify``). A store that refuses to list (no ``s3:ListBucket``: a
 permanent error) is answered with `REFUSED`, and the caller checks each file by itself; a
 listing that gives up raises its error, which then stands for every file of the tree.
+`proof` is the check of one file by itself (a HEAD, or a local stat).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import pyarrow.fs as pafs
 
 from .classify import Decision
 from .engine import Retrier
+from .errors import CommitNotVisibleError
 from .redact import redact
 
-__all__ = ["REFUSED", "listed_sizes", "note_unproven"]
+__all__ = ["REFUSED", "listed_sizes", "note_unproven", "proof"]
 
 #: `listed_sizes`' answer when the store refused to list: check each file by itself.
 REFUSED: Final = None
@@ -51,3 +53,16 @@ def note_unproven(error: BaseException, base: str, paths: Iterable[str]) -> None
         error.add_note(f"retryfs: the listing of {redact(base)!r} that verifies a tree copy "
                        f"gave up: {len(names)} copied file(s) are not proven to have "
                        f"landed: {shown}")
+
+
+def proof(call: Callable[..., Any], landed: Callable[[str, int], bool], path: str, size: int,
+          unverified: list[Exception]) -> CommitNotVisibleError | None:
+    """The retried check (``call``, operation ``verify``) that ``path`` holds ``size`` bytes:
+    the error that proves it does not, or ``None`` (when the check gave up, its error joins
+    ``unverified``)."""
+    try:
+        ok = call("verify", path, landed, path, size)
+    except Exception as exc:  # noqa: BLE001 - raised after the copy loop, never re-copied
+        unverified.append(exc)
+        return None
+    return None if ok else CommitNotVisibleError.copied(path, size)

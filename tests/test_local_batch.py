@@ -224,7 +224,7 @@ def test_any_mix_of_failures_costs_one_attempt_each(
     digests = make_tree(root / "src", [size for size, _ in plan])
     failing = {f"{i:03d}.bin": outcome for i, (_, outcome) in enumerate(plan) if outcome != "ok"}
     with pytest.MonkeyPatch.context() as patch:
-        fail_replace_of(patch, {name: 1 for name, how in failing.items() if how == "busy"})
+        busy = fail_replace_of(patch, {name: 1 for name, how in failing.items() if how == "busy"})
         short = {name for name, how in failing.items() if how == "short"}
         original = local_batch._holds
 
@@ -236,9 +236,19 @@ def test_any_mix_of_failures_costs_one_attempt_each(
             return original(path, size)
 
         patch.setattr(local_batch, "_holds", holds)
+        resent: list[str] = []
+        upload = native_copy._upload
+
+        def counted(handler, source_fs, source, destination, *args):  # type: ignore[no-untyped-def]
+            resent.append(os.path.basename(destination))
+            return upload(handler, source_fs, source, destination, *args)
+
+        patch.setattr(native_copy, "_upload", counted)
         fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False)
         copy_tree(root / "src", root / "dst", fs)
     assert tree_of(root / "dst") == digests
+    assert not short and not any(busy.values())  # every fault fired
+    assert sorted(resent) == sorted(failing)  # each failed file copied again once, alone
     copies = by_op(fs, "copy_files")
     assert copies["attempts"] == len(plan) + len(failing) and copies["giveups"] == 0, copies
     assert fs.failed_commits() == {}
