@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .native_copy import PlannedFile, prepare_tree, pump_into, run_bounded, written_whole
+from .native_copy import PlannedFile, prepare_tree, pump_into, written_whole
 from .redact import redact
 from .streams import SUB_READ, ResumableInputFile
 from .timeouts import in_background
@@ -92,9 +92,9 @@ def download_file_tree(handler: DownloadSource, selector: pafs.FileSelector,
         for source, destination, buffer_size, size in files:
             _download(handler, source, destination_fs, destination, buffer_size, size)  # raises
         return
-    share = tree_share(pa.io_thread_count(), len(files))
-    _raise_first(run_bounded(files, functools.partial(_start_download, handler,
-                                                      destination_fs, share)))
+    lanes = max(1, pa.io_thread_count())
+    _raise_first(_download_in_lanes(handler, destination_fs, files, lanes,
+                                    tree_share(lanes, len(files))))
 
 
 def tree_share(io_threads: int, files: int) -> int:
@@ -106,19 +106,33 @@ def tree_share(io_threads: int, files: int) -> int:
     return max(2, min(MAX_WINDOW, max(1, io_threads) // max(1, files)))
 
 
-def _start_download(handler: DownloadSource, destination_fs: pafs.FileSystem, share: int,
-                    file: PlannedFile, release: Callable[[], None]) -> Future[None]:
-    """One file's download on a pool worker, at most ``share`` sub-reads in flight;
-    ``release`` once it ends, however it ends."""
-    source, destination, buffer_size, size = file
+def _download_in_lanes(handler: DownloadSource, destination_fs: pafs.FileSystem,
+                       files: list[PlannedFile], lanes: int, share: int
+                       ) -> list[tuple[str, Exception]]:
+    """Every file downloaded, ``lanes`` at a time as Arrow's IO threads: each lane, a worker
+    of its own, takes the next file of the listing when it is done with the last, with at
+    most ``share`` sub-reads in flight. One task per lane, not one per file: with a task, a
+    future and a semaphore per file, 100 files of 64 KiB from SeaweedFS took 1.40x the
+    client CPU of unwrapped pyarrow, in lanes 1.26x (2026-12-03). The failed files,
+    ``(destination, error)`` in the listing's order."""
+    failed: list[tuple[int, str, Exception]] = []
+    taken = itertools.count()  # its next() is atomic: each index goes to one lane
 
-    def run() -> None:
-        try:
-            _download(handler, source, destination_fs, destination, buffer_size, size, share)
-        finally:
-            release()
+    def lane() -> None:
+        for index in taken:
+            if index >= len(files):
+                return
+            source, destination, buffer_size, size = files[index]
+            try:
+                _download(handler, source, destination_fs, destination, buffer_size, size,
+                          share)
+            except Exception as exc:  # noqa: BLE001 - every file runs; the caller raises
+                failed.append((index, destination, exc))
 
-    return in_background(run)
+    for running in [in_background(lane) for _ in range(min(lanes, len(files)))]:
+        running.result()
+    return [(destination, error) for _, destination, error in sorted(failed,
+                                                                     key=lambda f: f[0])]
 
 
 def _download(handler: DownloadSource, source: str, destination_fs: pafs.FileSystem,

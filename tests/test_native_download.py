@@ -281,3 +281,57 @@ def test_which_downloads_keep_sub_reads_in_flight() -> None:
     assert _window(pafs.LocalFileSystem(), BIG_CHUNK, None) == 0
     gcs = pafs.GcsFileSystem(anonymous=True, endpoint_override="localhost:1", scheme="http")
     assert _window(gcs, BIG_CHUNK, None) == 0
+
+
+def test_a_threaded_tree_runs_one_task_per_io_thread_not_one_per_file(tmp_path, monkeypatch):
+    """30 small files, 3 IO threads: 3 lanes, each taking the listing's next file when done
+    with its last, at most 3 files at a time (not a task, a future and a semaphore per
+    file: `_download_in_lanes`). Every file is copied; of two that fail, the first in the
+    listing is raised, with a note naming both, whichever failed first in time."""
+    import threading
+
+    import retryfs.native_download as native_download
+
+    src, down = tmp_path / "src", tmp_path / "down"
+    files = {f"{i:02d}.bin": random.Random(i).randbytes(3000 + i) for i in range(30)}
+    src.mkdir()
+    for name, data in files.items():
+        (src / name).write_bytes(data)
+    for broken in ("07.bin", "21.bin"):  # a directory in the way of these two
+        (down / broken).mkdir(parents=True)
+    submitted, running, most = [], [0], [0]
+    lock, later_failed = threading.Lock(), threading.Event()
+    real_download, real_background = native_download._download, native_download.in_background
+
+    def counted(*args, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            if args[1].endswith("21.bin"):  # the later one fails first
+                later_failed.set()
+                raise IsADirectoryError(21, "in the way", args[3])
+            if args[1].endswith("07.bin"):
+                assert later_failed.wait(10)
+            return real_download(*args, **kwargs)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(native_download, "_download", counted)
+    monkeypatch.setattr(native_download, "in_background",
+                        lambda fn: submitted.append(fn) or real_background(fn))
+    threads = pa.io_thread_count()
+    pa.set_io_thread_count(3)
+    try:
+        with pytest.raises(OSError) as raised:
+            pafs.copy_files(str(src), str(down), source_filesystem=RetryingFileSystem(
+                pafs.LocalFileSystem(), FAST, budget=False))
+    finally:
+        pa.set_io_thread_count(threads)
+    assert len(submitted) == 3 and most[0] <= 3
+    assert "07.bin" in str(raised.value) and "did not copy 2 files" in "".join(
+        getattr(raised.value, "__notes__", []))
+    for name, data in files.items():
+        if name not in ("07.bin", "21.bin"):
+            assert sha256((down / name).read_bytes()) == sha256(data), name
