@@ -33,9 +33,9 @@ attempt fails.
 from __future__ import annotations
 
 import contextvars
+import os
 import posixpath
 import threading
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -50,7 +50,7 @@ from .engine import Retrier
 from .errors import CommitNotVisibleError
 from .local_batch import PlannedFile, SmallFileBatch, split_local
 from .placeholders import EmptyAtOpen
-from .streams import abandon_stream, discard
+from .streams import SUB_READ, abandon_stream, discard
 from .timeouts import AttemptTimeoutError, in_background, run_with_timeout
 from .tree_verify import listed_sizes, note_unproven, proof
 from .watchdog import watch
@@ -471,7 +471,7 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
             return size
         with source_fs.open_input_stream(source) as reader:
             return pump_into(writer, target, reader, buffer_size, abandoned, beside,
-                             empty=handler.empty_at_open(target))
+                             empty=handler.empty_at_open(target), listed=size)
 
     return written_whole(writer, destination, write, abandoned)
 
@@ -495,13 +495,15 @@ def written_whole(fs: pafs.FileSystem, destination: str,
 
 
 def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
-              abandoned: threading.Event, beside: bool, empty: EmptyAtOpen | None = None) -> int:
+              abandoned: threading.Event, beside: bool, empty: EmptyAtOpen | None = None,
+              listed: int | None = None) -> int:
     """``reader``'s bytes (and metadata) into a new output stream of ``fs`` at ``target``,
     committed by `_pump`; a temporary file beside is closed on a source failure (and removed
     by `written_whole`), any other stream never closed. A local file beside has no metadata:
     it is not asked for (a lazily opened pyarrow GCS file opens its download in
     ``metadata()`` holding the GIL). ``empty``: the empty blob the open created (pyarrow's
-    Azure client), removed when the attempt fails (its open included), if still that one."""
+    Azure client), removed when the attempt fails (its open included), if still that one.
+    ``listed``: the file's size in the listing, if known (`_pump`)."""
     metadata = None if beside else (reader.metadata() or None)
     open_output = fs.open_output_stream if empty is None else empty.attempts(
         fs.open_output_stream)
@@ -510,7 +512,7 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
         if empty is not None:
             empty.opened()
         return _pump(reader, writer, buffer_size, abandoned,
-                     drop=discard if beside else abandon_stream)
+                     drop=discard if beside else abandon_stream, listed=listed)
     except BaseException:
         if empty is not None:
             empty.remove()
@@ -522,7 +524,8 @@ class _Abandoned(Exception):
 
 
 def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
-          abandoned: threading.Event, drop: Callable[[Any], None] = abandon_stream) -> int:
+          abandoned: threading.Event, drop: Callable[[Any], None] = abandon_stream,
+          listed: int | None = None) -> int:
     """Bytes from ``reader`` into ``writer``, then the commit (its close).
 
     Only a whole copy is committed. When the *source* fails (or the attempt was abandoned),
@@ -532,13 +535,20 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
     stays incomplete; a temporary file beside its destination is closed, then removed). When
     the *writer* failed, it is closed: a native stream whose write failed
     does not commit. Each read is a fresh Arrow buffer handed on without a copy: a native S3
-    stream may keep it for a background part upload, so a buffer is never reused."""
+    stream may keep it for a background part upload, so a buffer is never reused.
+
+    ``buffer_size`` is the file's size in the listing (``listed``) when smaller than the
+    chunk (`_buffer_size`). Once more than ``listed`` bytes were read (the file grew since),
+    each read asks for twice as much as the last, up to `SUB_READ` (or ``buffer_size``): not
+    reads of its old size to the end (of one byte for a file listed empty; on S3 a GET
+    each)."""
     size = 0
+    read_size, most = buffer_size, max(buffer_size, SUB_READ)
     while True:
         try:
             if abandoned.is_set():
                 raise _Abandoned()
-            buffer = reader.read_buffer(buffer_size)
+            buffer = reader.read_buffer(read_size)
             if abandoned.is_set():
                 raise _Abandoned()
         except BaseException:
@@ -552,6 +562,8 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
             discard(writer)
             raise
         size += buffer.size
+        if listed is not None and size > listed and read_size < most:
+            read_size = min(2 * read_size, most)
     writer.close()  # the commit: raises when it failed (copy_files would ignore it)
     return size
 
@@ -566,8 +578,10 @@ def _writes_through(fs: pafs.FileSystem) -> bool:
 
 
 def _beside(path: str) -> str:
+    """A hidden temporary name beside ``path``, random (32 bits, as ``uuid4().hex[:8]``, at a
+    tenth of its cost): writers on other nodes of a shared disk pick other names."""
     head, tail = posixpath.split(path)
-    return posixpath.join(head, f".{tail}.retryfs-{uuid.uuid4().hex[:8]}.tmp")
+    return posixpath.join(head, f".{tail}.retryfs-{os.urandom(4).hex()}.tmp")
 
 
 def _rename(fs: pafs.FileSystem, target: str, destination: str,

@@ -143,10 +143,12 @@ def _download(handler: DownloadSource, source: str, destination_fs: pafs.FileSys
     def write(target: str, beside: bool) -> int:
         if not window:  # one read per chunk, each split into sub-reads one after the other
             with handler.resumable_input("open_input_stream", source, seekable=False) as reader:
-                return pump_into(destination_fs, target, reader, buffer_size, _NEVER, beside)
+                return pump_into(destination_fs, target, reader, buffer_size, _NEVER, beside,
+                                 listed=size)
         with handler.resumable_input("open_input_file", source, seekable=True) as reader, \
                 contextlib.closing(_Pieces(reader, window)) as pieces:
-            return pump_into(destination_fs, target, pieces, buffer_size, _NEVER, beside)
+            return pump_into(destination_fs, target, pieces, buffer_size, _NEVER, beside,
+                             listed=size)
 
     written_whole(destination_fs, destination, write, _NEVER)
 

@@ -335,3 +335,30 @@ def test_a_threaded_tree_runs_one_task_per_io_thread_not_one_per_file(tmp_path, 
     for name, data in files.items():
         if name not in ("07.bin", "21.bin"):
             assert sha256((down / name).read_bytes()) == sha256(data), name
+
+
+def test_a_file_that_grew_since_the_listing_is_read_in_growing_reads(tmp_path):
+    """Listed at 10 bytes and empty, two files have grown to 1 MiB when they are copied:
+    each is copied whole, past its listed size in reads twice as large each time (41 reads
+    for both), not in reads of its listed size (1,153,444 for both before)."""
+    src, down = tmp_path / "src", tmp_path / "down"
+    src.mkdir()
+    down.mkdir()
+    (src / "log.txt").write_bytes(b"0123456789")
+    (src / "empty.txt").write_bytes(b"")
+    grown = {name: random.Random(name).randbytes(MiB + 7) for name in ("log.txt", "empty.txt")}
+    fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False)
+    listing = fs.handler.get_file_info_selector
+
+    def listed_then_grown(selector):
+        infos = listing(selector)
+        for name, data in grown.items():
+            (src / name).write_bytes(data)
+        return infos
+
+    fs.handler.get_file_info_selector = listed_then_grown
+    pafs.copy_files(str(src), str(down), source_filesystem=fs, chunk_size=BIG_CHUNK)
+    for name, data in grown.items():
+        assert sha256((down / name).read_bytes()) == sha256(data), name
+    reads = fs.stats.snapshot()["by_operation"]["read"]["calls"]
+    assert reads <= 2 * 22, reads
