@@ -30,6 +30,7 @@ import functools
 import itertools
 import threading
 from collections.abc import Iterator
+from concurrent.futures import wait as futures_wait
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -129,8 +130,10 @@ def _download_in_lanes(handler: DownloadSource, destination_fs: pafs.FileSystem,
             except Exception as exc:  # noqa: BLE001 - every file runs; the caller raises
                 failed.append((index, destination, exc))
 
-    for running in [in_background(lane) for _ in range(min(lanes, len(files)))]:
-        running.result()
+    running = [in_background(lane) for _ in range(min(lanes, len(files)))]
+    futures_wait(running)  # every lane ends before any outcome is raised
+    for outcome in running:
+        outcome.result()
     return [(destination, error) for _, destination, error in sorted(failed,
                                                                      key=lambda f: f[0])]
 
