@@ -382,8 +382,8 @@ def test_copy_files_of_a_file_that_never_commits_raises(s3_fault_endpoint, s3_fa
     import pyarrow.fs as pafs
 
     ep = s3_fault_endpoint
-    # two parts: a multipart upload, whose commit can fail inside a 200 (a file of less than
-    # one part is a single PutObject, as meta.json)
+    # 6 MiB, above retryfs.arrow.ONE_PART: the multipart write client, whose commit can fail
+    # inside a 200 (a file within one part is a single PutObject, as meta.json)
     (tmp_path / "model.pt").write_bytes(OBJECT[:6 * MiB])
     (tmp_path / "meta.json").write_bytes(b"{}")
     fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False, native_attempts=1,
