@@ -8,8 +8,9 @@ sub-reads in flight together), retryfs with 2 MiB sub-reads (``streams.SUB_READ`
 fault at the worst place costs, 1.03x of a 64 MiB file instead of 1.12x, against one request
 per 2 MiB), retryfs reading 8 MiB sub-reads one at a time
 (``native_download.MAX_WINDOW = 0``), and for a tree retryfs with each file's whole window
-of 8 in flight (before `native_download.tree_share` divided the IO threads among the files). Contenders alternate round by round; the
-ratios are throughput against unwrapped, per round. Opt-in (not in ``make bench``).
+of 8 in flight (before `native_download.tree_share` divided the IO threads among the
+files). Contenders alternate round by round; the ratios are throughput against unwrapped,
+per round. Opt-in (not in ``make bench``).
 
 Usage: python -m benchmarks.bench_latency [--delay-ms 30] [--rounds 7] [--shape big,tree]
 """

@@ -47,7 +47,7 @@ import pyarrow.fs as pafs
 
 from .classify import Decision
 from .engine import Retrier
-from .timeouts import AttemptTimeoutError, in_background
+from .timeouts import AttemptAbandoned, AttemptTimeoutError, in_background
 from .tree_verify import proof
 from .watchdog import watch
 
@@ -141,10 +141,6 @@ def split_local(source_fs: pafs.FileSystem, writer: pafs.FileSystem,
                 continue
         rest.append(planned)
     return batch, rest
-
-
-class _Abandoned(Exception):
-    """The loop's watchdog expired: this worker stops and never renames again."""
 
 
 #: ``retry(file, error, started, seconds)``: a file's retries after its first attempt failed
@@ -303,8 +299,8 @@ class SmallFileBatch:
                     copied = _send_all(source, descriptor, file.planned[3] or 0)
                 finally:
                     os.close(descriptor)
-                if worker.expired:
-                    raise _Abandoned()
+                if worker.expired:  # the watchdog expired it: it never renames again
+                    raise AttemptAbandoned()
                 os.replace(temporary, file.destination)
             except BaseException:
                 _remove_quietly(temporary)

@@ -51,12 +51,12 @@ from .errors import CommitNotVisibleError
 from .local_batch import PlannedFile, SmallFileBatch, split_local
 from .placeholders import EmptyAtOpen
 from .streams import SUB_READ, abandon_stream, discard
-from .timeouts import AttemptTimeoutError, in_background, run_with_timeout
+from .timeouts import AttemptAbandoned, AttemptTimeoutError, in_background, run_with_timeout
 from .tree_verify import listed_sizes, note_unproven, proof
 from .watchdog import watch
 
 __all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "plan_tree",
-           "prepare_tree", "pump_into", "run_bounded", "written_whole"]
+           "prepare_tree", "pump_into", "written_whole"]
 
 
 class CopyTarget(Protocol):
@@ -519,10 +519,6 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
         raise
 
 
-class _Abandoned(Exception):
-    """Raised inside an attempt that timed out: it stops without committing."""
-
-
 def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
           abandoned: threading.Event, drop: Callable[[Any], None] = abandon_stream,
           listed: int | None = None) -> int:
@@ -547,10 +543,10 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
     while True:
         try:
             if abandoned.is_set():
-                raise _Abandoned()
+                raise AttemptAbandoned()
             buffer = reader.read_buffer(read_size)
             if abandoned.is_set():
-                raise _Abandoned()
+                raise AttemptAbandoned()
         except BaseException:
             drop(writer)
             raise
@@ -588,7 +584,7 @@ def _rename(fs: pafs.FileSystem, target: str, destination: str,
             abandoned: threading.Event) -> None:
     try:
         if abandoned.is_set():
-            raise _Abandoned()
+            raise AttemptAbandoned()
         fs.move(target, destination)
     except BaseException:
         _remove_quietly(fs, target)

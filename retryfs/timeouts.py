@@ -38,6 +38,7 @@ from fsspec.implementations.local import LocalFileSystem as FsspecLocalFileSyste
 from .policy import GROUPS, OPERATION_GROUPS
 
 __all__ = [
+    "AttemptAbandoned",
     "AttemptTimeoutError",
     "DEFAULT_MIN_THROUGHPUT",
     "DEFAULT_WRITE_TIMEOUT",
@@ -90,6 +91,12 @@ class AttemptTimeoutError(TimeoutError):
         self.operation = operation
         self.path = path
         self.seconds = seconds
+
+
+class AttemptAbandoned(Exception):
+    """Raised inside an attempt its caller abandoned (it timed out, and the file went on with
+    its retries elsewhere): it stops without committing. Never seen by a user: the abandoned
+    attempt's outcome is nobody's."""
 
 
 def resolve_timeouts(timeout: float | Mapping[str, float] | None,
