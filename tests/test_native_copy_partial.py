@@ -290,5 +290,9 @@ def test_a_one_part_file_uploads_as_one_put_without_background_writes_with_the_s
     counts = ep.counts()
     assert ep.fired(failed) == 2 and counts["PutObject"] == 3
     assert "UploadPart" not in counts and "CreateMultipartUpload" not in counts
+    # what the two faults cost: the file sent once more each, no more (plus each body's
+    # chunked framing, 53 bytes here)
+    sent = sum(r.request_bytes for r in ep.requests(op="PutObject"))
+    assert 3 * len(data) <= sent <= 3 * (len(data) + 1024), sent
     assert sha(ep.get_object(bucket, "ckpt/meta.bin")) == sha(data)
     assert fs.stats.snapshot()["by_operation"]["copy_files"]["retries"] == 1
