@@ -56,7 +56,7 @@ from .tree_verify import listed_sizes, note_unproven, proof
 from .watchdog import watch
 
 __all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "plan_tree",
-           "prepare_tree", "pump_into", "written_whole"]
+           "prepare_tree", "pump_into", "writes_through", "written_whole"]
 
 
 class CopyTarget(Protocol):
@@ -136,7 +136,7 @@ def _small_file_batch(handler: CopyTarget, source_fs: pafs.FileSystem,
 def _lists_tree(handler: CopyTarget, files: list[PlannedFile]) -> bool:
     """Whether a tree's commits are checked by one listing: on an object store, for more than
     one file. A local disk keeps its per-file stat (as cheap as a listing's entry)."""
-    return handler.verify_writes and len(files) > 1 and not _writes_through(handler.inner)
+    return handler.verify_writes and len(files) > 1 and not writes_through(handler.inner)
 
 
 @dataclass(frozen=True)
@@ -479,9 +479,9 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
 def written_whole(fs: pafs.FileSystem, destination: str,
                   write: Callable[[str, bool], int], abandoned: threading.Event) -> int:
     """``write(target, beside)`` (the bytes written), committed whole at ``destination`` or
-    not at all: on a filesystem that writes in place (`_writes_through`) the target is a
+    not at all: on a filesystem that writes in place (`writes_through`) the target is a
     temporary file beside it, renamed into place after, removed on any failure."""
-    beside = _writes_through(fs)
+    beside = writes_through(fs)
     target = _beside(destination) if beside else destination
     try:
         copied = write(target, beside)
@@ -564,7 +564,7 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
     return size
 
 
-def _writes_through(fs: pafs.FileSystem) -> bool:
+def writes_through(fs: pafs.FileSystem) -> bool:
     """Whether ``fs``'s output streams write in place as they go (a local disk: the file is
     truncated at open and holds a prefix while written), so that a copy writes beside its
     destination and renames it into place (an object store shows nothing until the commit)."""

@@ -14,6 +14,15 @@ positioned at the offset (S3: a GET of ``Range: bytes=<offset>-``), so a fault c
 the chunk that was being read, never the prefix. The destination's own calls are not retried
 (it is not retryfs): their errors fail the file, as in Arrow's copy.
 
+A small file (at most `WHOLE_FILE`, 1 MiB) from S3, Azure or a local disk onto a local disk is
+copied whole by Arrow's own one-file copy instead, with the GIL released, written beside its
+destination and renamed into place; each attempt is that whole copy (open and reads together),
+retried as the operation ``read``. A fault costs what it costs the resumable reader: the one
+GET of a small file holds all of it, so that reader's resume is a HEAD and a GET from byte 0
+too. The per-file Python work of a resumable reader is what made a checkpoint's hundreds of
+small files slower than unwrapped pyarrow's. Not under a per-attempt ``read`` timeout, which
+only a resumable reader can apply.
+
 Only a whole copy is committed: when the source finally fails, the destination stream is
 dropped unclosed (an object store shows nothing; Arrow's own copy closes it, committing the
 prefix as the file) and a local destination, written in place as it goes, is written beside
@@ -35,13 +44,15 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, one file
 
-from .native_copy import PlannedFile, prepare_tree, pump_into, written_whole
+from .engine import Retrier
+from .native_copy import PlannedFile, prepare_tree, pump_into, writes_through, written_whole
 from .redact import redact
 from .streams import SUB_READ, ResumableInputFile
 from .timeouts import in_background
 
-__all__ = ["DownloadSource", "download_file_tree", "download_single_file",
+__all__ = ["WHOLE_FILE", "DownloadSource", "download_file_tree", "download_single_file",
            "reads_ranges_concurrently", "tree_share"]
 
 #: A download has no attempt of its own to abandon: each read is retried where it failed.
@@ -54,6 +65,12 @@ _EMPTY = pa.py_buffer(b"")
 #: input file opens its download lazily, holding the GIL (an in-process server never answers).
 _RANGED = tuple(cls for cls in (pafs.S3FileSystem, getattr(pafs, "AzureFileSystem", None))
                 if cls is not None)
+#: The largest file a download onto a local disk copies whole with Arrow's one-file copy, each
+#: attempt the whole file (`_copied_whole`).
+WHOLE_FILE = 1 << 20
+#: The sources whose files Arrow's one-file copy reads without holding the GIL. Not pyarrow's
+#: GCS (its lazy open, above) nor a ``PyFileSystem`` (each of its reads is Python again).
+_WHOLE_FILE_SOURCES = (*_RANGED, pafs.LocalFileSystem)
 
 
 def reads_ranges_concurrently(fs: pafs.FileSystem) -> bool:
@@ -69,6 +86,8 @@ class DownloadSource(Protocol):
     """What a download needs of the source's handler (`retryfs.arrow.RetryingHandler`)."""
 
     inner: pafs.FileSystem
+    retrier: Retrier
+    timeouts: dict[str, float]
 
     def resumable_input(self, operation: str, path: str, *,
                         seekable: bool) -> ResumableInputFile: ...
@@ -141,6 +160,11 @@ def _download_in_lanes(handler: DownloadSource, destination_fs: pafs.FileSystem,
 def _download(handler: DownloadSource, source: str, destination_fs: pafs.FileSystem,
               destination: str, buffer_size: int, size: int | None,
               share: int = MAX_WINDOW) -> None:
+    if _copied_whole(handler, destination_fs, size):
+        handler.retrier.call("read", source, written_whole, destination_fs, destination,
+                             functools.partial(_arrow_copy, handler.inner, source,
+                                               destination_fs), _NEVER)
+        return
     window = _window(handler.inner, buffer_size, size, share)
 
     def write(target: str, beside: bool) -> int:
@@ -154,6 +178,29 @@ def _download(handler: DownloadSource, source: str, destination_fs: pafs.FileSys
                              listed=size)
 
     written_whole(destination_fs, destination, write, _NEVER)
+
+
+def _copied_whole(handler: DownloadSource, destination_fs: pafs.FileSystem,
+                  size: int | None) -> bool:
+    """Whether a file of ``size`` is downloaded by whole-file attempts of Arrow's one-file copy:
+    a small one (`WHOLE_FILE`), from a source Arrow reads natively, onto a local disk (written
+    beside and renamed: a failed copy leaves nothing), with no per-attempt ``read`` timeout."""
+    if size is None or not 0 <= size <= WHOLE_FILE or "read" in handler.timeouts:
+        return False
+    inner = handler.inner
+    while isinstance(inner, pafs.SubTreeFileSystem):
+        inner = inner.base_fs
+    return isinstance(inner, _WHOLE_FILE_SOURCES) and writes_through(destination_fs)
+
+
+def _arrow_copy(source_fs: pafs.FileSystem, source: str, destination_fs: pafs.FileSystem,
+                target: str, beside: bool) -> int:
+    """One attempt of `_copied_whole`: Arrow's copy of ``source`` into ``target`` (beside), in
+    reads of `WHOLE_FILE`, not of the listed size: a file listed empty that has grown since
+    would be read a byte at a time (on S3 a GET each; S3's reads end at the size its open
+    found). Arrow reads into one buffer again and again; 0: the bytes are not counted."""
+    _arrow_copy_file(source_fs, source, destination_fs, target, WHOLE_FILE, False)
+    return 0
 
 
 def _window(fs: pafs.FileSystem, buffer_size: int, size: int | None,

@@ -338,16 +338,17 @@ def test_a_threaded_tree_runs_one_task_per_io_thread_not_one_per_file(tmp_path, 
 
 
 def test_a_file_that_grew_since_the_listing_is_read_in_growing_reads(tmp_path):
-    """Listed at 10 bytes and empty, two files have grown to 1 MiB when they are copied:
-    each is copied whole, past its listed size in reads twice as large each time (41 reads
-    for both), not in reads of its listed size (1,153,444 for both before)."""
+    """Listed at 10 bytes and empty, two files have grown to 1 MiB when they are copied by the
+    resumable reader (a read timeout keeps them off `_copied_whole`): each is copied whole,
+    past its listed size in reads twice as large each time (41 reads for both), not in reads
+    of its listed size (1,153,444 for both before)."""
     src, down = tmp_path / "src", tmp_path / "down"
     src.mkdir()
     down.mkdir()
     (src / "log.txt").write_bytes(b"0123456789")
     (src / "empty.txt").write_bytes(b"")
     grown = {name: random.Random(name).randbytes(MiB + 7) for name in ("log.txt", "empty.txt")}
-    fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False)
+    fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False, timeout={"read": 60})
     listing = fs.handler.get_file_info_selector
 
     def listed_then_grown(selector):
@@ -362,3 +363,134 @@ def test_a_file_that_grew_since_the_listing_is_read_in_growing_reads(tmp_path):
         assert sha256((down / name).read_bytes()) == sha256(data), name
     reads = fs.stats.snapshot()["by_operation"]["read"]["calls"]
     assert reads <= 2 * 22, reads
+
+
+# -- small files onto a local disk: whole-file attempts of Arrow's own copy ----------------------
+
+SMALL = random.Random(24).randbytes(700_000)  # under WHOLE_FILE (1 MiB)
+
+
+@pytest.mark.parametrize("read_timeout", [None, 60.0], ids=["whole", "resumable"])
+def test_a_small_file_cut_mid_get_costs_what_a_resumable_read_costs(s3_fault_endpoint,
+                                                                    s3_fault_bucket, tmp_path,
+                                                                    read_timeout):
+    """A small file's GET cut after 300,000 bytes: the file arrives whole, nothing beside it,
+    one retry. Copied whole (`_copied_whole`), it is one call of ``read``, whose retry is the
+    whole file again. Under a read timeout the resumable reader opens it (``open_input_stream``)
+    and reads it in calls of ``read``; its one GET held the whole file, so its resume is a HEAD
+    and a GET from byte 0 too: the same requests and bytes either way."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "ckpt/meta/small.bin", SMALL)
+    cut = ep.add_fault(S3Fault.truncate(keep_bytes=300_000, op="GetObject", times=1))
+    timeouts = {} if read_timeout is None else {"timeout": {"read": read_timeout}}
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False, native_attempts=1, **timeouts)
+    down = tmp_path / "down"
+    down.mkdir()
+    pafs.copy_files(f"{bucket}/ckpt", str(down), source_filesystem=fs)
+    assert ep.fired(cut) == 1
+    assert sha256((down / "meta" / "small.bin").read_bytes()) == sha256(SMALL)
+    assert os.listdir(down / "meta") == ["small.bin"]
+    gets = _gets(ep, "small.bin")
+    assert _ranges(gets) == [f"bytes=0-{len(SMALL) - 1}"] * 2
+    assert len(ep.requests(op="HeadObject", path="*/small.bin")) == 2
+    assert sum(r.response_bytes for r in gets) == len(SMALL) + 300_000
+    by_operation = fs.stats.snapshot()["by_operation"]
+    assert by_operation["read"]["retries"] == 1
+    if read_timeout is None:
+        assert by_operation["read"]["calls"] == 1 and "open_input_stream" not in by_operation
+    else:
+        assert by_operation["read"]["calls"] >= 2
+        assert by_operation["open_input_stream"]["calls"] == 1
+
+
+def test_a_small_file_that_fails_for_good_is_tried_the_policys_attempts(s3_fault_endpoint,
+                                                                        s3_fault_bucket,
+                                                                        tmp_path):
+    """Every GET of a small file reset: exactly ``max_attempts`` whole-file attempts (one GET
+    each: the SDK's own retries are off), the storage error raised with retryfs's note, and
+    nothing on disk, neither the file nor a temporary one beside it."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "ckpt/small.bin", SMALL)
+    ep.put_object(bucket, "ckpt/other.bin", b"fine")
+    reset = ep.add_fault(S3Fault.reset(op="GetObject", path="*/small.bin"))
+    fs = _source(ep)
+    down = tmp_path / "down"
+    down.mkdir()
+    with pytest.raises(OSError, match="GetObject") as info:
+        pafs.copy_files(f"{bucket}/ckpt", str(down), source_filesystem=fs)
+    assert ep.fired(reset) == FAST.max_attempts == len(_gets(ep, "small.bin"))
+    assert f"gave up after {FAST.max_attempts} attempt" in "\n".join(info.value.__notes__)
+    reads = fs.stats.snapshot()["by_operation"]["read"]
+    assert reads["giveups"] == 1 and reads["retries"] == FAST.max_attempts - 1
+    assert os.listdir(down) == ["other.bin"]
+
+
+def test_a_destination_error_of_a_small_file_is_not_retried(tmp_path):
+    """A directory in the way of a small file's destination: the rename into place fails
+    (a local error, not a transient one), once; the temporary copy beside is removed and the
+    other file is copied."""
+    src, down = tmp_path / "src", tmp_path / "down"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"a" * 5000)
+    (src / "b.bin").write_bytes(b"b" * 5000)
+    (down / "a.bin").mkdir(parents=True)
+    (down / "a.bin" / "keep").write_bytes(b"")
+    fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False)
+    with pytest.raises(OSError):
+        pafs.copy_files(str(src), str(down), source_filesystem=fs)
+    reads = fs.stats.snapshot()["by_operation"]["read"]
+    assert reads["retries"] == 0 and reads["giveups"] == 0
+    assert sorted(os.listdir(down)) == ["a.bin", "b.bin"]
+    assert (down / "b.bin").read_bytes() == b"b" * 5000
+
+
+def test_a_small_object_replaced_since_the_listing_is_read_in_whole_file_reads(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    """Listed at 10 bytes and empty, two objects are replaced by 1 MiB + 7 bytes before their
+    copy: each arrives whole in 2 GETs (reads of `WHOLE_FILE`), not in GETs of its listed
+    size (a byte each for the empty one: a million)."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "ckpt/log.txt", b"0123456789")
+    ep.put_object(bucket, "ckpt/empty.txt", b"")
+    grown = {name: random.Random(name).randbytes(MiB + 7) for name in ("log.txt", "empty.txt")}
+    fs = _source(ep)
+    listing = fs.handler.get_file_info_selector
+
+    def listed_then_replaced(selector):
+        infos = listing(selector)
+        for name, data in grown.items():
+            ep.put_object(bucket, f"ckpt/{name}", data)
+        return infos
+
+    fs.handler.get_file_info_selector = listed_then_replaced
+    down = tmp_path / "down"
+    down.mkdir()
+    pafs.copy_files(f"{bucket}/ckpt", str(down), source_filesystem=fs, use_threads=False)
+    for name, data in grown.items():
+        assert sha256((down / name).read_bytes()) == sha256(data), name
+        assert len(_gets(ep, name)) == 2, _ranges(_gets(ep, name))
+
+
+def test_which_downloads_are_copied_whole(tmp_path) -> None:
+    """Files of at most 1 MiB, listed, from pyarrow S3, Azure or a local disk (through a
+    SubTreeFileSystem too), onto a local disk, with no read timeout. Never from GCS or a
+    PyFileSystem (an fsspec source: Arrow would read it through Python anyway), onto an
+    object store, or a file larger or of unknown size."""
+    from retryfs.native_download import WHOLE_FILE, _copied_whole
+    local = pafs.LocalFileSystem()
+    s3 = pafs.S3FileSystem(anonymous=True, region="us-east-1")
+
+    def whole(inner, size, destination=local, **options) -> bool:
+        return _copied_whole(RetryingFileSystem(inner, **options).handler, destination, size)
+
+    assert whole(s3, 0) and whole(s3, WHOLE_FILE) and whole(local, 1000)
+    assert whole(pafs.SubTreeFileSystem("bucket/base", s3), 1000)
+    assert whole(s3, 1000, pafs.SubTreeFileSystem(str(tmp_path), local))
+    assert not whole(s3, WHOLE_FILE + 1) and not whole(s3, None) and not whole(s3, -1)
+    assert not whole(s3, 1000, s3)
+    assert not whole(s3, 1000, timeout={"read": 5})
+    gcs = pafs.GcsFileSystem(anonymous=True, endpoint_override="localhost:1", scheme="http")
+    assert not whole(gcs, 1000)
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+    fsspec = pytest.importorskip("fsspec")
+    assert not whole(PyFileSystem(FSSpecHandler(fsspec.filesystem("memory"))), 1000)
