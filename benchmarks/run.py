@@ -25,6 +25,7 @@ from benchmarks import (
     bench_large,
     bench_overhead,
     bench_reads,
+    bench_rss,
     bench_s3_upload,
 )
 
@@ -34,6 +35,7 @@ SECTIONS: dict[str, Callable[[bool], list[str]]] = {
     "granularity": bench_granularity.run,
     "faults": bench_faults.run,
     "large": bench_large.run,
+    "rss": bench_rss.section,
     "reads": bench_reads.run,
 }
 
