@@ -20,8 +20,8 @@ destination and renamed into place; each attempt is that whole copy (open and re
 retried as the operation ``read``. A fault costs what it costs the resumable reader: the one
 GET of a small file holds all of it, so that reader's resume is a HEAD and a GET from byte 0
 too. The per-file Python work of a resumable reader is what made a checkpoint's hundreds of
-small files slower than unwrapped pyarrow's. Not under a per-attempt ``read`` timeout, which
-only a resumable reader can apply.
+small files slower than unwrapped pyarrow's. Not under a per-attempt timeout of the open or
+the reads, which only a resumable reader can apply.
 
 Only a whole copy is committed: when the source finally fails, the destination stream is
 dropped unclosed (an object store shows nothing; Arrow's own copy closes it, committing the
@@ -71,6 +71,8 @@ WHOLE_FILE = 1 << 20
 #: The sources whose files Arrow's one-file copy reads without holding the GIL. Not pyarrow's
 #: GCS (its lazy open, above) nor a ``PyFileSystem`` (each of its reads is Python again).
 _WHOLE_FILE_SOURCES = (*_RANGED, pafs.LocalFileSystem)
+#: The operations of a resumable download whose per-attempt timeouts keep it resumable.
+_TIMED = frozenset({"open_input_stream", "open_input_file", "read"})
 
 
 def reads_ranges_concurrently(fs: pafs.FileSystem) -> bool:
@@ -184,8 +186,9 @@ def _copied_whole(handler: DownloadSource, destination_fs: pafs.FileSystem,
                   size: int | None) -> bool:
     """Whether a file of ``size`` is downloaded by whole-file attempts of Arrow's one-file copy:
     a small one (`WHOLE_FILE`), from a source Arrow reads natively, onto a local disk (written
-    beside and renamed: a failed copy leaves nothing), with no per-attempt ``read`` timeout."""
-    if size is None or not 0 <= size <= WHOLE_FILE or "read" in handler.timeouts:
+    beside and renamed: a failed copy leaves nothing), with no per-attempt timeout on its open
+    or reads (`_TIMED`: only the resumable reader applies them)."""
+    if size is None or not 0 <= size <= WHOLE_FILE or not _TIMED.isdisjoint(handler.timeouts):
         return False
     inner = handler.inner
     while isinstance(inner, pafs.SubTreeFileSystem):

@@ -473,9 +473,9 @@ def test_a_small_object_replaced_since_the_listing_is_read_in_whole_file_reads(
 
 def test_which_downloads_are_copied_whole(tmp_path) -> None:
     """Files of at most 1 MiB, listed, from pyarrow S3, Azure or a local disk (through a
-    SubTreeFileSystem too), onto a local disk, with no read timeout. Never from GCS or a
-    PyFileSystem (an fsspec source: Arrow would read it through Python anyway), onto an
-    object store, or a file larger or of unknown size."""
+    SubTreeFileSystem too), onto a local disk, with no timeout on the open or the reads.
+    Never from GCS or a PyFileSystem (an fsspec source: Arrow would read it through Python
+    anyway), onto an object store, or a file larger or of unknown size."""
     from retryfs.native_download import WHOLE_FILE, _copied_whole
     local = pafs.LocalFileSystem()
     s3 = pafs.S3FileSystem(anonymous=True, region="us-east-1")
@@ -489,6 +489,9 @@ def test_which_downloads_are_copied_whole(tmp_path) -> None:
     assert not whole(s3, WHOLE_FILE + 1) and not whole(s3, None) and not whole(s3, -1)
     assert not whole(s3, 1000, s3)
     assert not whole(s3, 1000, timeout={"read": 5})
+    assert not whole(s3, 1000, timeout={"open_input_stream": 5})
+    assert not whole(s3, 1000, timeout={"open_input_file": 5})
+    assert whole(s3, 1000, timeout={"metadata": 5}, write_timeout=5)
     gcs = pafs.GcsFileSystem(anonymous=True, endpoint_override="localhost:1", scheme="http")
     assert not whole(gcs, 1000)
     from pyarrow.fs import FSSpecHandler, PyFileSystem
