@@ -9,13 +9,17 @@ file, a partial S3 object over the old one) and dropping the source's metadata.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
+import tempfile
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 from _helpers import FAST, sha256
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from retryfs import RetryingFileSystem
 from retryfs.testing import S3Fault
@@ -497,3 +501,62 @@ def test_which_downloads_are_copied_whole(tmp_path) -> None:
     from pyarrow.fs import FSSpecHandler, PyFileSystem
     fsspec = pytest.importorskip("fsspec")
     assert not whole(PyFileSystem(FSSpecHandler(fsspec.filesystem("memory"))), 1000)
+
+
+# -- any tree, any few transient faults: every file whole, each fault one retry ------------------
+
+#: Sizes on both sides of WHOLE_FILE (1 MiB, copied whole) and of copy_files's 1 MiB chunk.
+_SIZES = [0, 1, 3000, 700_000, MiB, MiB + 1, 2 * MiB + 3]
+_FAULTS = {"reset": S3Fault.reset, "truncate": S3Fault.truncate,
+           "slow_down": S3Fault.slow_down, "internal_error": S3Fault.internal_error}
+_examples = itertools.count()
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.sampled_from(_SIZES), min_size=1, max_size=6),
+       faults=st.lists(st.tuples(st.integers(0, 5), st.sampled_from(sorted(_FAULTS)),
+                                 st.sampled_from(["GetObject", "HeadObject"])),
+                       min_size=1, max_size=FAST.max_attempts - 1),
+       use_threads=st.booleans())
+def test_any_tree_under_a_few_transient_faults_arrives_whole(s3_fault_endpoint, s3_fault_bucket,
+                                                             sizes, faults, use_threads):
+    """A tree of files of any of the sizes, fewer transient faults (reset, truncated body, 503,
+    500) than the policy has retries, each on one file's GET or HEAD: every file arrives with
+    its bytes, nothing else is on disk, each fault that fired cost exactly one retry, and the
+    server sent the tree plus at most one chunk (1 MiB, or the file if smaller) per fault on
+    a GET, whichever path the file took (copied whole or resumable)."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    prefix = f"prop-{next(_examples)}"
+    files = {f"{prefix}/d{i % 2}/f{i}.bin": random.Random(i).randbytes(size)
+             for i, size in enumerate(sizes)}
+    for key, data in files.items():
+        ep.put_object(bucket, key, data)
+    ep.clear_faults()
+    ep.reset_record()
+    keys = list(files)
+    planned = []
+    for index, kind, op in faults:
+        if kind == "truncate" and op == "HeadObject":
+            kind = "reset"  # a HEAD has no body to cut
+        planned.append(ep.add_fault(_FAULTS[kind](op=op, path=f"*/{keys[index % len(keys)]}",
+                                                  times=1)))
+    fs = _source(ep)
+    with tempfile.TemporaryDirectory() as down:
+        pafs.copy_files(f"{bucket}/{prefix}", down, source_filesystem=fs,
+                        use_threads=use_threads)
+        on_disk = {os.path.relpath(os.path.join(root, name), down)
+                   for root, _, names in os.walk(down) for name in names}
+        assert on_disk == {key.removeprefix(f"{prefix}/") for key in keys}
+        for key, data in files.items():
+            with open(os.path.join(down, key.removeprefix(f"{prefix}/")), "rb") as f:
+                assert sha256(f.read()) == sha256(data), key
+    fired = {id(fault): ep.fired(fault) for fault in planned}
+    retries = sum(op["retries"] for op in fs.stats.snapshot()["by_operation"].values())
+    event(f"faults fired: {sum(fired.values())}")
+    assert retries == sum(fired.values())
+    allowance = sum(min(len(files[keys[index % len(keys)]]), CHUNK)
+                    for (index, _, op), fault in zip(faults, planned, strict=True)
+                    if op == "GetObject" and fired[id(fault)])
+    sent = sum(r.response_bytes for r in ep.requests(op="GetObject")
+               if r.status in (200, 206))  # the object's bytes, not an error's XML
+    assert sum(map(len, files.values())) <= sent <= sum(map(len, files.values())) + allowance
