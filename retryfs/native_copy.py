@@ -56,7 +56,7 @@ from .tree_verify import listed_sizes, note_unproven, proof
 from .watchdog import watch
 
 __all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "plan_tree",
-           "prepare_tree", "pump_into", "writes_through", "written_whole"]
+           "prepare_tree", "pump_into", "subtree_base", "writes_through", "written_whole"]
 
 
 class CopyTarget(Protocol):
@@ -568,9 +568,15 @@ def writes_through(fs: pafs.FileSystem) -> bool:
     """Whether ``fs``'s output streams write in place as they go (a local disk: the file is
     truncated at open and holds a prefix while written), so that a copy writes beside its
     destination and renames it into place (an object store shows nothing until the commit)."""
+    return isinstance(subtree_base(fs), pafs.LocalFileSystem)
+
+
+def subtree_base(fs: pafs.FileSystem) -> pafs.FileSystem:
+    """The filesystem under ``fs``'s ``SubTreeFileSystem`` layers (``fs`` itself if none):
+    the one whose kind decides how its files are read and written."""
     while isinstance(fs, pafs.SubTreeFileSystem):
         fs = fs.base_fs
-    return isinstance(fs, pafs.LocalFileSystem)
+    return fs
 
 
 def _beside(path: str) -> str:

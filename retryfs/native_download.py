@@ -47,7 +47,14 @@ import pyarrow.fs as pafs
 from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, one file
 
 from .engine import Retrier
-from .native_copy import PlannedFile, prepare_tree, pump_into, writes_through, written_whole
+from .native_copy import (
+    PlannedFile,
+    prepare_tree,
+    pump_into,
+    subtree_base,
+    writes_through,
+    written_whole,
+)
 from .redact import redact
 from .streams import SUB_READ, ResumableInputFile
 from .timeouts import in_background
@@ -79,9 +86,7 @@ def reads_ranges_concurrently(fs: pafs.FileSystem) -> bool:
     """Whether ``fs`` (or the base of a ``SubTreeFileSystem`` of it) is one whose
     random-access files read ranges concurrently (pyarrow S3 and Azure: each read is its own
     ranged GET; opening one costs what opening a stream does, one HEAD)."""
-    while isinstance(fs, pafs.SubTreeFileSystem):
-        fs = fs.base_fs
-    return isinstance(fs, _RANGED)
+    return isinstance(subtree_base(fs), _RANGED)
 
 
 class DownloadSource(Protocol):
@@ -190,10 +195,8 @@ def _copied_whole(handler: DownloadSource, destination_fs: pafs.FileSystem,
     or reads (`_TIMED`: only the resumable reader applies them)."""
     if size is None or not 0 <= size <= WHOLE_FILE or not _TIMED.isdisjoint(handler.timeouts):
         return False
-    inner = handler.inner
-    while isinstance(inner, pafs.SubTreeFileSystem):
-        inner = inner.base_fs
-    return isinstance(inner, _WHOLE_FILE_SOURCES) and writes_through(destination_fs)
+    return (isinstance(subtree_base(handler.inner), _WHOLE_FILE_SOURCES)
+            and writes_through(destination_fs))
 
 
 def _arrow_copy(source_fs: pafs.FileSystem, source: str, destination_fs: pafs.FileSystem,
