@@ -423,6 +423,7 @@ def test_a_small_file_that_fails_for_good_is_tried_the_policys_attempts(s3_fault
     with pytest.raises(OSError, match="GetObject") as info:
         pafs.copy_files(f"{bucket}/ckpt", str(down), source_filesystem=fs)
     assert ep.fired(reset) == FAST.max_attempts == len(_gets(ep, "small.bin"))
+    assert sum(r.response_bytes for r in _gets(ep, "small.bin")) == 0  # reset before a byte
     assert f"gave up after {FAST.max_attempts} attempt" in "\n".join(info.value.__notes__)
     reads = fs.stats.snapshot()["by_operation"]["read"]
     assert reads["giveups"] == 1 and reads["retries"] == FAST.max_attempts - 1
