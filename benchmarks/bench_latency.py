@@ -7,10 +7,11 @@ takes tens of milliseconds to a first byte). ``copy_files`` to tmpfs with Ray Tr
 sub-reads in flight together), retryfs with 2 MiB sub-reads (``streams.SUB_READ``: what a
 fault at the worst place costs, 1.03x of a 64 MiB file instead of 1.12x, against one request
 per 2 MiB), retryfs reading 8 MiB sub-reads one at a time
-(``native_download.MAX_WINDOW = 0``), and for a tree retryfs with each file's whole window
-of 8 in flight (before `native_download.tree_share` divided the IO threads among the
-files). Contenders alternate round by round; the ratios are throughput against unwrapped,
-per round. Opt-in (not in ``make bench``).
+(``native_download.MAX_WINDOW = 0``), and for a tree retryfs with a fixed number of each
+file's sub-reads in flight instead of `native_download.TreeShare` (the IO threads divided
+among the files not yet done): the whole window of 8, or 2 (the rule before, 2026-12-03).
+Contenders alternate round by round; the ratios are throughput against unwrapped, per
+round. Opt-in (not in ``make bench``).
 
 Usage: python -m benchmarks.bench_latency [--delay-ms 30] [--rounds 7] [--shape big,tree]
 """
@@ -39,26 +40,40 @@ CHUNK = 64 * MiB  # Ray Train's copy_files chunk_size
 SHAPES = {"big": [256 * MiB], "64mib": [64 * MiB], "tree": [64 * MiB] + [64 * 1024] * 100}
 
 
+class _FixedShare:
+    """Every file of a tree with ``in_flight`` of its sub-reads in flight, whatever is left."""
+
+    def __init__(self, in_flight: int) -> None:
+        self.in_flight = in_flight
+
+    def __call__(self) -> int:
+        return self.in_flight
+
+    def file_done(self) -> None:
+        pass
+
+
 def _timed_download(fs: pafs.FileSystem, dest: str, window: int | None,
-                    sub_read: int | None = None, whole_window: bool = False) -> float:
+                    sub_read: int | None = None, fixed_share: int | None = None) -> float:
     """``window``: sub-reads in flight (None: the default); ``sub_read``: their size (None:
-    `streams.SUB_READ`); ``whole_window``: every file of a tree gets the whole window, as
-    before `native_download.tree_share`."""
+    `streams.SUB_READ`); ``fixed_share``: every file of a tree gets that many in flight
+    instead of its `native_download.TreeShare`."""
     shutil.rmtree(dest, ignore_errors=True)
     os.makedirs(dest)
-    saved = native_download.MAX_WINDOW, streams.SUB_READ, native_download.tree_share
+    saved = native_download.MAX_WINDOW, streams.SUB_READ, native_download.TreeShare
     if window is not None:
         native_download.MAX_WINDOW = window
     if sub_read is not None:
         streams.SUB_READ = sub_read
-    if whole_window:
-        native_download.tree_share = lambda io_threads, files: native_download.MAX_WINDOW
+    if fixed_share is not None:
+        native_download.TreeShare = lambda io_threads, files: _FixedShare(fixed_share)
     try:
         started = time.perf_counter()
         pafs.copy_files(f"{BUCKET}/tree", dest, source_filesystem=fs, chunk_size=CHUNK)
         return time.perf_counter() - started
     finally:
-        native_download.MAX_WINDOW, streams.SUB_READ, native_download.tree_share = saved
+        native_download.MAX_WINDOW, streams.SUB_READ = saved[:2]
+        native_download.TreeShare = saved[2]
 
 
 def run(delay_ms: float, rounds: int, shapes: list[str]) -> list[str]:
@@ -94,7 +109,9 @@ def run(delay_ms: float, rounds: int, shapes: list[str]) -> list[str]:
                 "retryfs, one sub-read at a time": functools.partial(_timed_download, wrapped,
                                                                      dest, 0),
                 **({"retryfs, each file 8 in flight": functools.partial(
-                    _timed_download, wrapped, dest, None, whole_window=True)}
+                    _timed_download, wrapped, dest, None, fixed_share=8),
+                    "retryfs, each file 2 in flight": functools.partial(
+                    _timed_download, wrapped, dest, None, fixed_share=2)}
                    if len(sizes) > 1 else {}),
             }, rounds)
             total = sum(sizes) / MiB

@@ -38,7 +38,7 @@ import contextlib
 import functools
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import wait as futures_wait
 from typing import Any, Protocol
 
@@ -59,8 +59,8 @@ from .redact import redact
 from .streams import SUB_READ, ResumableInputFile
 from .timeouts import in_background
 
-__all__ = ["WHOLE_FILE", "DownloadSource", "download_file_tree", "download_single_file",
-           "reads_ranges_concurrently", "tree_share"]
+__all__ = ["WHOLE_FILE", "DownloadSource", "TreeShare", "download_file_tree",
+           "download_single_file", "reads_ranges_concurrently"]
 
 #: A download has no attempt of its own to abandon: each read is retried where it failed.
 _NEVER = threading.Event()
@@ -121,24 +121,43 @@ def download_file_tree(handler: DownloadSource, selector: pafs.FileSelector,
         return
     lanes = max(1, pa.io_thread_count())
     _raise_first(_download_in_lanes(handler, destination_fs, files, lanes,
-                                    tree_share(lanes, len(files))))
+                                    TreeShare(lanes, len(files))))
 
 
-def tree_share(io_threads: int, files: int) -> int:
-    """The most sub-reads of one file in flight in a threaded tree of ``files``: the IO
-    threads divided among them, at least 2, at most `MAX_WINDOW`. A tree then keeps about as
-    many requests in flight as unwrapped pyarrow's copy (one per IO thread): a 64 MiB file's
-    8 sub-reads in flight beside 100 small files' requests made the tree slower (moto,
-    2026-12-03: 0.92-0.95 of unwrapped with 8, 0.97-0.98 with 2, 0.94-0.95 one at a time)."""
-    return max(2, min(MAX_WINDOW, max(1, io_threads) // max(1, files)))
+class TreeShare:
+    """The most sub-reads of one file in flight in a threaded tree: the IO threads divided
+    among the tree's files not yet done, at least 1, at most `MAX_WINDOW`, asked again at each
+    sub-read. While files wait for a lane every lane keeps one request in flight, as many as
+    unwrapped pyarrow's copy (one per IO thread); once the last files are in their lanes, the
+    lanes left idle go to them (a 64 MiB file alone at the end: 8). A 64 MiB file's 8
+    sub-reads beside 100 small files' requests made the tree slower (moto, 2026-12-03: 0.92-0.95
+    of unwrapped); after the small files were copied whole, 2 in flight for the whole tree went
+    at 0.96-0.98 and 1 at 0.98-1.01 (three A/B runs, 21-31 rounds)."""
+
+    def __init__(self, io_threads: int, files: int) -> None:
+        self._io_threads = max(1, io_threads)
+        self._left = max(1, files)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        return max(1, min(MAX_WINDOW, self._io_threads // max(1, self._left)))
+
+    def file_done(self) -> None:
+        with self._lock:
+            self._left -= 1
+
+
+def _whole_window() -> int:
+    """A file copied alone: its whole window in flight."""
+    return MAX_WINDOW
 
 
 def _download_in_lanes(handler: DownloadSource, destination_fs: pafs.FileSystem,
-                       files: list[PlannedFile], lanes: int, share: int
+                       files: list[PlannedFile], lanes: int, share: TreeShare
                        ) -> list[tuple[str, Exception]]:
     """Every file downloaded, ``lanes`` at a time as Arrow's IO threads: each lane, a worker
     of its own, takes the next file of the listing when it is done with the last, with at
-    most ``share`` sub-reads in flight. One task per lane, not one per file: with a task, a
+    most ``share()`` sub-reads in flight. One task per lane, not one per file: with a task, a
     future and a semaphore per file, 100 files of 64 KiB from SeaweedFS took 1.40x the
     client CPU of unwrapped pyarrow, in lanes 1.26x (2026-12-03). The failed files,
     ``(destination, error)`` in the listing's order."""
@@ -155,6 +174,8 @@ def _download_in_lanes(handler: DownloadSource, destination_fs: pafs.FileSystem,
                           share)
             except Exception as exc:  # noqa: BLE001 - every file runs; the caller raises
                 failed.append((index, destination, exc))
+            finally:
+                share.file_done()
 
     running = [in_background(lane) for _ in range(min(lanes, len(files)))]
     futures_wait(running)  # every lane ends before any outcome is raised
@@ -166,13 +187,13 @@ def _download_in_lanes(handler: DownloadSource, destination_fs: pafs.FileSystem,
 
 def _download(handler: DownloadSource, source: str, destination_fs: pafs.FileSystem,
               destination: str, buffer_size: int, size: int | None,
-              share: int = MAX_WINDOW) -> None:
+              share: Callable[[], int] = _whole_window) -> None:
     if _copied_whole(handler, destination_fs, size):
         handler.retrier.call("read", source, written_whole, destination_fs, destination,
                              functools.partial(_arrow_copy, handler.inner, source,
                                                destination_fs), _NEVER)
         return
-    window = _window(handler.inner, buffer_size, size, share)
+    window = _window(handler.inner, buffer_size, size)
 
     def write(target: str, beside: bool) -> int:
         if not window:  # one read per chunk, each split into sub-reads one after the other
@@ -180,7 +201,7 @@ def _download(handler: DownloadSource, source: str, destination_fs: pafs.FileSys
                 return pump_into(destination_fs, target, reader, buffer_size, _NEVER, beside,
                                  listed=size)
         with handler.resumable_input("open_input_file", source, seekable=True) as reader, \
-                contextlib.closing(_Pieces(reader, window)) as pieces:
+                contextlib.closing(_Pieces(reader, lambda: min(window, share()))) as pieces:
             return pump_into(destination_fs, target, pieces, buffer_size, _NEVER, beside,
                              listed=size)
 
@@ -209,24 +230,23 @@ def _arrow_copy(source_fs: pafs.FileSystem, source: str, destination_fs: pafs.Fi
     return 0
 
 
-def _window(fs: pafs.FileSystem, buffer_size: int, size: int | None,
-            share: int = MAX_WINDOW) -> int:
-    """How many sub-reads of a file to keep in flight, at most ``share`` (`tree_share`);
-    0: read it as a stream. Only where a read of ``buffer_size`` would be several sub-reads,
+def _window(fs: pafs.FileSystem, buffer_size: int, size: int | None) -> int:
+    """How many sub-reads of a file to keep in flight at most (in a tree, fewer while its
+    other files are copied: `TreeShare`); 0: read it as a stream. Only where a read of ``buffer_size`` would be several sub-reads,
     of a file that has several, on a filesystem whose files read ranges concurrently (the
     open costs a HEAD on S3)."""
     if not reads_ranges_concurrently(fs) or buffer_size <= SUB_READ:
         return 0
     if size is not None and size <= SUB_READ:
         return 0
-    return min(MAX_WINDOW, share, -(-buffer_size // SUB_READ))  # the sub-reads of one chunk
+    return min(MAX_WINDOW, -(-buffer_size // SUB_READ))  # the sub-reads of one chunk
 
 
 class _Pieces:
     """The reader as `retryfs.native_copy.pump_into` reads it: each ``read_buffer`` the next
     piece of `ResumableInputFile.ranged_buffers` (empty at the end), whatever size it asks."""
 
-    def __init__(self, reader: ResumableInputFile, window: int) -> None:
+    def __init__(self, reader: ResumableInputFile, window: Callable[[], int]) -> None:
         self._reader = reader
         self._pieces: Iterator[Any] = reader.ranged_buffers(window)
 

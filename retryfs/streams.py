@@ -473,13 +473,15 @@ class ResumableInputFile(io.RawIOBase):
             total += piece.size
         return buffer if total == wanted else buffer.slice(0, total)
 
-    def ranged_buffers(self, window: int) -> Iterator[Any]:
+    def ranged_buffers(self, window: int | Callable[[], int]) -> Iterator[Any]:
         """The rest of the file as Buffers of at most `SUB_READ`, in order, each handed out as
         it is (no copy into a larger buffer), with ``window`` sub-reads in flight on a native
         random-access file; on any other file, one sub-read at a time. What a download
         through native streams reads with (`retryfs.native_download`): on S3 one read of Ray
         Train's 64 MiB chunk is one GET, its sub-reads one after the other would be eight
-        GETs, each waiting for its round trip. Close the iterator before the file."""
+        GETs, each waiting for its round trip. ``window`` may be a function, asked again each
+        time a sub-read is handed out (a tree's share of the IO threads, which grows as its
+        other files end). Close the iterator before the file."""
         if self.closed:
             raise ValueError("I/O operation on closed retryfs input file")
         with self._lock:
@@ -490,7 +492,8 @@ class ResumableInputFile(io.RawIOBase):
             while piece := self._read_piece(SUB_READ):
                 yield piece
 
-    def _ranged(self, inner: Any, wanted: int, window: int) -> Iterator[Any]:
+    def _ranged(self, inner: Any, wanted: int, window: int | Callable[[], int]
+                ) -> Iterator[Any]:
         """``wanted`` bytes from the position as ranged sub-reads of `SUB_READ`, in order,
         ``window`` of them in flight (on S3 each is one GET: one at a time, every one would
         wait for its request's round trip). Each is retried on its own, a retry on a fresh
@@ -500,9 +503,10 @@ class ResumableInputFile(io.RawIOBase):
         end = self._pos + wanted
         offsets = iter(range(self._pos, end, SUB_READ))
         pending: collections.deque[tuple[int, Future[Any]]] = collections.deque()
+        in_flight = window if callable(window) else functools.partial(int, window)
         try:
             while True:
-                while len(pending) < window:
+                while len(pending) < max(1, in_flight()):
                     offset = next(offsets, None)
                     if offset is None:
                         break

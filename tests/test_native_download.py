@@ -186,20 +186,22 @@ def test_a_large_chunk_is_read_as_ranged_sub_reads_in_flight_together(s3_fault_e
     assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 0
 
 
-def test_in_a_tree_of_many_files_a_large_one_keeps_two_sub_reads_in_flight(s3_fault_endpoint,
-                                                                          s3_fault_bucket,
-                                                                          tmp_path):
-    """A tree of one large file and ten small ones, 8 IO threads: the large file gets 2 of
-    its sub-reads in flight (`tree_share`), not 8 beside the small files' requests. Its first
-    sub-read answered 2 s late is the second one answered: one more was in flight with it,
-    and no third started before it came back. The bytes are every file's."""
+def test_in_a_tree_a_large_file_has_one_sub_read_in_flight_until_the_others_are_done(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    """A tree of one large file and ten small ones, 8 IO threads (`TreeShare`). While the
+    small files are copied, the large one has one sub-read in flight: its first, answered 2 s
+    late, is the first of its GETs answered, after every small file's. Then it has the lanes
+    to itself: its second sub-read, answered 1 s late, is the last one answered (its third to
+    fifth were in flight beside it). The bytes are every file's."""
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
     ep.put_object(bucket, "ckpt/model.pt", LARGE)
     small = {f"ckpt/shards/{i}.bin": random.Random(i).randbytes(1000) for i in range(10)}
     for key, data in small.items():
         ep.put_object(bucket, key, data)
-    late = ep.add_fault(S3Fault.delay(2.0, op="GetObject", when=_range_from(0), times=1,
-                                      path=f"{bucket}/ckpt/model.pt"))
+    first = ep.add_fault(S3Fault.delay(2.0, op="GetObject", when=_range_from(0), times=1,
+                                       path=f"{bucket}/ckpt/model.pt"))
+    second = ep.add_fault(S3Fault.delay(1.0, op="GetObject", when=_range_from(SUB), times=1,
+                                        path=f"{bucket}/ckpt/model.pt"))
     fs = _source(ep)
     down = tmp_path / "down"
     down.mkdir()
@@ -210,19 +212,29 @@ def test_in_a_tree_of_many_files_a_large_one_keeps_two_sub_reads_in_flight(s3_fa
                         chunk_size=BIG_CHUNK)
     finally:
         pa.set_io_thread_count(threads)
-    assert ep.fired(late) == 1
+    assert ep.fired(first) == 1 and ep.fired(second) == 1
     assert sha256((down / "model.pt").read_bytes()) == sha256(LARGE)
     for key, data in small.items():
         assert (down / key.removeprefix("ckpt/")).read_bytes() == data
     ranges = _ranges(_gets(ep, "model.pt"))
-    assert len(ranges) == 5 and ranges[1] == f"bytes=0-{SUB - 1}", ranges
+    assert len(ranges) == 5, ranges
+    assert ranges[0] == f"bytes=0-{SUB - 1}" and ranges[-1] == f"bytes={SUB}-{2 * SUB - 1}"
+    answered = [r.path for r in ep.requests(op="GetObject")]
+    assert answered.index(f"{bucket}/ckpt/model.pt") == len(small)  # after every small file
 
 
-def test_a_trees_files_share_the_io_threads() -> None:
-    from retryfs.native_download import MAX_WINDOW, tree_share
-    assert tree_share(8, 1) == MAX_WINDOW == 8 and tree_share(16, 1) == 8
-    assert tree_share(8, 2) == 4 and tree_share(8, 3) == 2 and tree_share(8, 101) == 2
-    assert tree_share(0, 5) == 2 and tree_share(1, 0) == 2
+def test_a_trees_files_share_the_io_threads_left_to_them() -> None:
+    from retryfs.native_download import MAX_WINDOW, TreeShare
+    share = TreeShare(8, 101)
+    assert share() == 1
+    for _ in range(97):
+        share.file_done()
+    assert share() == 2  # 4 files left
+    for _ in range(3):
+        share.file_done()
+    assert share() == MAX_WINDOW == 8  # the last file alone
+    assert TreeShare(16, 1)() == 8 and TreeShare(8, 2)() == 4 and TreeShare(8, 3)() == 2
+    assert TreeShare(0, 5)() == 1 and TreeShare(1, 0)() == 1
 
 
 def test_a_cut_sub_read_costs_that_sub_read_only(s3_fault_endpoint, s3_fault_bucket, tmp_path):

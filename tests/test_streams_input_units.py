@@ -310,6 +310,22 @@ def test_ranged_buffers_stopped_early_leaves_the_position_after_what_it_handed_o
     assert f.read() == DATA[2 * SUB:]
 
 
+def test_ranged_buffers_asks_a_window_function_again_at_each_sub_read(faulty, stored):
+    """A tree's share of the IO threads (`retryfs.native_download.TreeShare`) grows as its
+    other files end: one sub-read in flight for the first piece, three once it is 3."""
+    engine = Engine()
+    f, _ = resumable(lambda: faulty.open_input_file(stored), stored, engine, seekable=True)
+    share = [1]
+    pieces = f.ranged_buffers(lambda: share[0])
+    first = next(pieces)
+    assert faulty.calls["read"] == 1
+    share[0] = 3
+    second = next(pieces)
+    pieces.close()  # those in flight end first
+    assert faulty.calls["read"] == 1 + 3
+    assert first.to_pybytes() + second.to_pybytes() == DATA[:2 * SUB] and f.tell() == 2 * SUB
+
+
 def test_ranged_buffers_raises_a_permanent_error_and_starts_no_further_sub_reads(faulty,
                                                                                 stored):
     engine = Engine()
