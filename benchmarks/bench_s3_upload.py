@@ -137,8 +137,16 @@ def upload_download(tree: Tree, rounds: int, warmup: bool = True,
     ]
 
 
+#: Rounds of the full run. The download's ratio moves by a few hundredths between runs of 7
+#: (2026-12-03, moto: 0.96 to 0.98, and 0.97 to 1.00 for the ProxyHandler floor, whose
+#: requests are unwrapped's); its median over 15 to 31 rounds stayed at 0.98.
+FULL_ROUNDS = 15
+
+
 def run(quick: bool) -> list[str]:
-    return upload_download(QUICK_TREE, 2, warmup=False) if quick else upload_download(FULL_TREE, 7)
+    if quick:
+        return upload_download(QUICK_TREE, 2, warmup=False)
+    return upload_download(FULL_TREE, FULL_ROUNDS)
 
 
 def main() -> None:
@@ -156,7 +164,7 @@ def main() -> None:
         print("\n\n".join(run(args.quick)))
         return
     tree = QUICK_TREE if args.quick else FULL_TREE
-    rounds = args.rounds or (2 if args.quick else 7)
+    rounds = args.rounds or (2 if args.quick else FULL_ROUNDS)
     print("\n\n".join(upload_download(tree, rounds, server=args.server,
                                        stock_moto=args.stock_moto)))
 
