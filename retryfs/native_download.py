@@ -132,7 +132,7 @@ class TreeShare:
     lanes left idle go to them (a 64 MiB file alone at the end: 8). A 64 MiB file's 8
     sub-reads beside 100 small files' requests made the tree slower (moto, 2026-12-03: 0.92-0.95
     of unwrapped); after the small files were copied whole, 2 in flight for the whole tree went
-    at 0.96-0.98 and 1 at 0.98-1.01 (three A/B runs, 21-31 rounds)."""
+    at 0.96-0.99 and 1 at 0.98-1.01 (five A/B runs of 15 to 31 rounds)."""
 
     def __init__(self, io_threads: int, files: int) -> None:
         self._io_threads = max(1, io_threads)
@@ -232,9 +232,9 @@ def _arrow_copy(source_fs: pafs.FileSystem, source: str, destination_fs: pafs.Fi
 
 def _window(fs: pafs.FileSystem, buffer_size: int, size: int | None) -> int:
     """How many sub-reads of a file to keep in flight at most (in a tree, fewer while its
-    other files are copied: `TreeShare`); 0: read it as a stream. Only where a read of ``buffer_size`` would be several sub-reads,
-    of a file that has several, on a filesystem whose files read ranges concurrently (the
-    open costs a HEAD on S3)."""
+    other files are copied: `TreeShare`); 0: read it as a stream. Only where a read of
+    ``buffer_size`` would be several sub-reads, of a file that has several, on a filesystem
+    whose files read ranges concurrently (the open costs a HEAD on S3)."""
     if not reads_ranges_concurrently(fs) or buffer_size <= SUB_READ:
         return 0
     if size is not None and size <= SUB_READ:
