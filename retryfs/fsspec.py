@@ -66,7 +66,7 @@ from .fsspec_files import (
     RetryReadFile,
     RetryWriteFile,
 )
-from .fsspec_inner import call_label, inner_is_async, resolve_inner
+from .fsspec_inner import call_label, inner_arguments, inner_is_async, inner_path, resolve_inner
 from .fsspec_reconcile import async_reconciler, sync_reconciler
 from .native import with_native_attempts
 from .parts import retry_parts_in_place
@@ -117,14 +117,6 @@ ASYNC_METHODS: tuple[str, ...] = (
 FACE_GROUPS: dict[str, str] = ALL_OPERATION_GROUPS
 
 
-def _strip_retry(path: Any) -> Any:
-    if isinstance(path, str):
-        for prefix in ("retry::", "retry://"):
-            if path.startswith(prefix):
-                return path[len(prefix):]
-    return path
-
-
 class _PerInstance:
     """A class attribute of fsspec's (``_strip_protocol``, ``_parent``, ``sep``,
     ``root_marker``) that, on a wrapper, is the wrapped filesystem's own."""
@@ -145,7 +137,7 @@ class _PerInstance:
             def strip(path: Any) -> Any:
                 if isinstance(path, list):
                     return [strip(p) for p in path]
-                return value(_strip_retry(path))
+                return value(inner_path(inner, path))
             return strip
         return value
 
@@ -251,15 +243,18 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         if "per_operation" in code and "per_operation" in explicit:
             code = {**code, "per_operation": {**explicit["per_operation"],
                                               **code["per_operation"]}}
+        # a client retryfs builds itself (target_protocol, retry:: URLs) gets one retry layer, as
+        # from_uri's; a client handed in (fs=) keeps its own retries unless asked
+        defaults = {"native_attempts": 1} if self.target_protocol is not None else None
         config = merge(code={**explicit, **code}, top=config_from_options(options),
-                       env=config_from_env(url=False))
+                       env=config_from_env(url=False), defaults=defaults)
         inner = self.fs
         check_operation_names(config, lambda key: callable(getattr(inner, key, None)),
                               f" nor a method of {type(inner).__name__}")
         if config.stats is None:
             config = config.replace(stats=RetryStats())
         self.retry_config: WrapperConfig = config
-        if config.native_attempts is not None:  # gcsfs, adlfs, or pyarrow's S3 and GCS inside
+        if config.native_attempts is not None:  # s3fs, gcsfs, adlfs, or pyarrow's S3 and GCS
             if isinstance(inner, ArrowFSWrapper):
                 self.fs = ArrowFSWrapper(with_native_attempts(inner.fs, config.native_attempts))
             else:
@@ -477,8 +472,10 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         if not inspect.ismethod(value):
             return value
         operation = name.lstrip("_")
+        inner = self.__dict__["fs"]
         if inspect.iscoroutinefunction(value):
             async def retried_coroutine(*args: Any, **kwargs: Any) -> Any:
+                args, kwargs = inner_arguments(operation, inner, args, kwargs)
                 return await self.retrier.acall(operation, call_label(operation, args, kwargs),
                                                 functools.partial(value, *args, **kwargs))
             retried_coroutine.__name__ = name
@@ -488,6 +485,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
             return value
 
         def retried(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = inner_arguments(operation, inner, args, kwargs)
             return self._call(operation, call_label(operation, args, kwargs), value, *args, **kwargs)
 
         retried.__name__ = name
@@ -521,6 +519,7 @@ def _make_sync(name: str) -> Callable[..., Any]:
     base = vars(AbstractFileSystem)[name]
 
     def method(self: RetryFileSystem, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = inner_arguments(name, self.fs, args, kwargs)
         if name in self._composed:
             if name in _PROBES and len(args) == 1:
                 return _probe(self, name, args[0], **kwargs)
@@ -545,6 +544,7 @@ def _make_sync_generator(name: str) -> Callable[..., Any]:
     base = vars(AbstractFileSystem)[name]
 
     def method(self: RetryFileSystem, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        args, kwargs = inner_arguments(name, self.fs, args, kwargs)
         if name == "walk" and "on_error" not in kwargs and len(args) < 4:
             kwargs["on_error"] = _omit_only_missing
         if name in self._composed:
@@ -565,6 +565,7 @@ for _name in SYNC_METHODS:
 
 def _old_rm(self: RetryFileSystem, path: str) -> Any:
     """Delete one file (fsspec's old name for rm_file, which calls it)."""
+    path = inner_path(self.fs, path)
     if "_rm" in self._composed:
         return AbstractFileSystem._rm(self, path)
     return self._call("rm_file", path, self.fs._rm, path)
@@ -598,11 +599,14 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):
     def _find_composed_async(self) -> frozenset[str]:
         # the instance's own coroutine, not its class's: fsspec's AsyncFileSystemWrapper sets
         # each one on the instance (its class keeps AsyncFileSystem's no-op _mkdir)
+        # (adlfs's `_walk` is a plain generator of its own, not fsspec's coroutine: the generic
+        # one runs on the wrapper instead)
         composed = set()
         for name in ASYNC_METHODS:
             mine = vars(AsyncFileSystem).get(name)
-            if mine is not None and getattr(getattr(self.fs, name, None), "__func__",
-                                            None) is mine:
+            theirs = getattr(self.fs, name, None)
+            if mine is not None and (getattr(theirs, "__func__", None) is mine or not (
+                    inspect.iscoroutinefunction(theirs) or inspect.isasyncgenfunction(theirs))):
                 composed.add(name)
         return frozenset(composed)
 
@@ -651,6 +655,7 @@ def _make_async(name: str) -> Callable[..., Any]:
     operation = name[1:]
 
     async def method(self: AsyncRetryFileSystem, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = inner_arguments(name, self.fs, args, kwargs)
         if name in self._composed_async:
             return await base(self, *args, **kwargs)
         return await self._acall(operation, call_label(operation, args, kwargs),
@@ -666,6 +671,7 @@ def _make_async_generator(name: str) -> Callable[..., Any]:
 
     async def method(self: AsyncRetryFileSystem, *args: Any, **kwargs: Any
                      ) -> AsyncIterator[Any]:
+        args, kwargs = inner_arguments(name, self.fs, args, kwargs)
         if name in self._composed_async:
             async for item in base(self, *args, **kwargs):
                 yield item

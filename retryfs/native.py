@@ -13,6 +13,7 @@ shared): it builds a fresh one. Since pickling loses what is set here (pyarrow f
 | --- | --- | --- |
 | pyarrow ``S3FileSystem`` | AWS SDK, 3 attempts (more from ``from_uri``) | ``AwsStandardS3RetryStrategy(max_attempts)`` |
 | pyarrow ``GcsFileSystem`` | google-cloud-cpp, 15 min of retries | ``retry_time_limit`` 1 ms (one attempt) when ``attempts`` is 1; left as is otherwise |
+| s3fs ``S3FileSystem`` | its own loop (``retries``, 5 tries) around botocore's (3 attempts, legacy mode) | ``retries = attempts`` and botocore's ``total_max_attempts = attempts`` (standard mode) |
 | gcsfs ``GCSFileSystem`` | ``retry_request``, 6 attempts | the same decorator with ``retries=attempts`` |
 | adlfs ``AzureBlobFileSystem`` | azure-core/storage ``RetryPolicy``, 3 retries | ``retry_total = attempts - 1`` |
 | pyarrow ``AzureFileSystem`` | Azure C++ SDK, 3 retries | cannot be told from Python: its exhausted errors are classified |
@@ -51,6 +52,8 @@ def with_native_attempts(fs: Any, attempts: int) -> Any:
     if isinstance(fs, pafs.GcsFileSystem):
         return _gcs(fs, attempts)
     module = type(fs).__module__
+    if module.startswith("s3fs"):
+        return _s3fs(fs, attempts)
     if module.startswith("gcsfs"):
         return _gcsfs(fs, attempts)
     if module.startswith("adlfs"):
@@ -93,6 +96,20 @@ def _fresh_fsspec(fs: Any) -> Any:
     options = dict(fs.storage_options)
     options["skip_instance_cache"] = True
     return type(fs)(*fs.storage_args, **options)
+
+
+def _s3fs(fs: Any, attempts: int) -> Any:
+    options = dict(fs.storage_options)
+    config = dict(options.get("config_kwargs") or {})
+    config["retries"] = {**dict(config.get("retries") or {}), "total_max_attempts": attempts,
+                         "mode": "standard"}
+    config["retries"].pop("max_attempts", None)  # botocore refuses both spellings at once
+    options["config_kwargs"] = config
+    options["skip_instance_cache"] = True
+    fresh = type(fs)(*fs.storage_args, **options)
+    fresh.retries = attempts  # s3fs's own loop: a class attribute, not an argument
+    fresh._retryfs_native_attempts = attempts
+    return fresh
 
 
 def _gcsfs(fs: Any, attempts: int) -> Any:

@@ -71,3 +71,48 @@ def test_from_uri_makes_retryfs_the_only_retry_layer_on_s3(s3_fault_endpoint, s3
     assert _head_requests(s3_fault_endpoint, fs, path) == 2
     clone = cloudpickle.loads(cloudpickle.dumps(fs))  # as Ray ships it to a worker
     assert _head_requests(s3_fault_endpoint, clone, path) == 2
+
+
+def _s3fs_head_requests(endpoint, fs, url):
+    endpoint.reset_record()
+    endpoint.add_fault(S3Fault.internal_error(op="HeadObject"))  # every HeadObject fails
+    with pytest.raises(OSError):
+        fs.info(url)
+    endpoint.clear_faults()
+    return len(endpoint.requests(op="HeadObject"))
+
+
+def _s3fs_options(endpoint):
+    return {"key": "testing", "secret": "testing", "endpoint_url": endpoint.url,
+            "client_kwargs": {"region_name": endpoint.region}, "skip_instance_cache": True}
+
+
+@pytest.mark.parametrize("dumps", [None, pickle.dumps, cloudpickle.dumps],
+                         ids=["local", "pickle", "cloudpickle"])
+def test_retry_s3_urls_make_retryfs_the_only_retry_layer_on_s3fs(s3_fault_endpoint,
+                                                                 s3_fault_bucket, dumps):
+    # s3fs retries 5 times around botocore's own attempts: without one layer, 2 retryfs
+    # attempts would be 10 or more HeadObject requests
+    import fsspec
+
+    url = f"retry::s3://{s3_fault_bucket}/key"
+    fs, _ = fsspec.core.url_to_fs(url, s3=_s3fs_options(s3_fault_endpoint),
+                                  retry={"max_attempts": 2, "initial_delay": 0.001,
+                                         "jitter": False, "budget": False})
+    assert fs.native_attempts == 1 and fs.fs.retries == 1
+    if dumps is not None:
+        fs = pickle.loads(dumps(fs))
+    assert _s3fs_head_requests(s3_fault_endpoint, fs, url) == 2
+
+
+def test_native_attempts_reach_an_s3fs_instance_handed_in(s3_fault_endpoint, s3_fault_bucket):
+    import s3fs
+
+    from retryfs.fsspec import RetryFileSystem
+
+    inner = s3fs.S3FileSystem(**_s3fs_options(s3_fault_endpoint))
+    fs = RetryFileSystem(fs=inner, policy=POLICY, budget=False, native_attempts=1)
+    assert fs.fs is not inner and inner.retries == 5  # a fresh client; the given one untouched
+    assert _s3fs_head_requests(s3_fault_endpoint, fs, f"{s3_fault_bucket}/key") == 2
+    # handed in without native_attempts, the client keeps its own retries
+    assert RetryFileSystem(fs=inner, policy=POLICY).fs is inner
