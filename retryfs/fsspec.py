@@ -65,6 +65,7 @@ from .fsspec_files import (
     InnerFile,
     RetryReadFile,
     RetryWriteFile,
+    defuse_half_open,
 )
 from .fsspec_inner import call_label, inner_arguments, inner_is_async, inner_path, resolve_inner
 from .fsspec_reconcile import async_reconciler, sync_reconciler
@@ -378,7 +379,12 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
             open_kwargs["autocommit"] = False
 
         def opener() -> Any:
-            return inner_fs.open(path, mode, **open_kwargs)
+            try:
+                return inner_fs.open(path, mode, **open_kwargs)
+            except BaseException as error:
+                if mode != "rb":
+                    defuse_half_open(error)  # never an empty commit from a failed open
+                raise
 
         if mode == "rb":
             def reopen_read() -> InnerFile:

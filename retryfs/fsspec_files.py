@@ -18,7 +18,7 @@ from .streams import AttemptTimeout, ReplayableOutputStream, ResumableInputFile,
 from .timeouts import AttemptTimeoutError, wait_for_attempt
 
 __all__ = ["AsyncRetryReadFile", "AsyncTimedWriteFile", "InnerFile", "RetryReadFile",
-           "RetryWriteFile"]
+           "RetryWriteFile", "defuse_half_open"]
 
 
 class _Face(Protocol):
@@ -61,6 +61,26 @@ class InnerFile:
 
     def discard(self) -> None:
         discard(self.file)
+
+
+def defuse_half_open(error: BaseException) -> None:
+    """Mark closed any fsspec buffered file for writing whose constructor raised ``error``.
+
+    s3fs's append mode asks for the object (``exists``, ``head_object``) after
+    ``AbstractBufferedFile.__init__`` has run: when that request fails, the half-built file is
+    garbage-collected with ``closed`` False, and its ``__del__`` commits what it holds, an empty
+    PUT (``touch``) over the object being appended to. A retried open leaves one such file per
+    failed attempt; marked closed, it is dropped with nothing sent.
+    """
+    from fsspec.spec import AbstractBufferedFile
+
+    tb = error.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if (isinstance(candidate, AbstractBufferedFile) and candidate.mode != "rb"
+                and not candidate.closed):
+            candidate.closed = True
+        tb = tb.tb_next
 
 
 class RetryReadFile(ResumableInputFile):

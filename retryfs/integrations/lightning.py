@@ -1,0 +1,143 @@
+"""Lightning checkpoints through retryfs: `RetryingCheckpointIO`, a ``CheckpointIO`` plugin.
+
+::
+
+    from lightning.pytorch import Trainer
+    from retryfs.integrations.lightning import RetryingCheckpointIO
+
+    trainer = Trainer(default_root_dir="retry::s3://bucket/exp",
+                      plugins=[RetryingCheckpointIO()])
+
+A ``CheckpointIO`` plugin is Lightning's supported way to own checkpoint I/O (AWS's
+s3torchconnector ships ``S3LightningCheckpoint`` the same way). Without one, Lightning saves
+through fsspec's ``fs.open("wb")`` inside ``fs.transaction`` unless it recognises the
+filesystem as s3fs, gcsfs or adlfs: on a ``retry::`` URL a checkpoint is then one part of its
+whole size, and the check after the commit is off inside the transaction. The plugin saves
+through retryfs's pyarrow face instead: the checkpoint is serialised first (a failure in
+``torch.save`` sends nothing), then uploaded as one stream whose parts go in parallel, each
+re-sent alone when it fails, the commit retried and its object checked; a load reads the
+object with ranged, resumable reads. Paths may be ``retry::s3://b/k``, ``s3://b/k`` or local.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+from ..arrow import RetryingFileSystem
+
+try:  # Lightning 2.x ships as ``lightning`` and as ``pytorch_lightning``
+    from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+except ImportError:  # pragma: no cover - only without the ``lightning`` package
+    from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
+
+__all__ = ["RetryingCheckpointIO", "split_location"]
+
+
+def split_location(path: Any) -> tuple[str, str, str]:
+    """``(scheme, authority, path)`` of a checkpoint location: ``retry::`` dropped,
+    ``("", "", "/abs/path")`` for a local path (``file://`` included)."""
+    text = str(path)
+    if text.startswith("retry::"):
+        text = text[len("retry::"):]
+    if not text.strip():
+        raise ValueError("path: an empty checkpoint location")
+    if "://" not in text:
+        return "", "", text
+    parts = urlsplit(text)
+    if parts.scheme in ("file", "local"):
+        return "", "", parts.path
+    return parts.scheme, parts.netloc, f"{parts.netloc}{parts.path}"
+
+
+class RetryingCheckpointIO(CheckpointIO):
+    """Save, load and remove Lightning checkpoints through a `retryfs.RetryingFileSystem`.
+
+    Args:
+        filesystem: the filesystem every checkpoint goes to: a `RetryingFileSystem` (for
+            example from `retryfs.from_uri`), or any pyarrow or fsspec filesystem, which is
+            wrapped. Paths are given to it without their ``retry::`` and scheme
+            (``s3://bucket/k`` -> ``bucket/k``). ``None``: each location's filesystem is made
+            by `retryfs.from_uri` from its scheme and bucket (credentials, region and the
+            ``RETRYFS_*`` policy from the environment), once per bucket and process.
+        **options: options of `RetryingFileSystem` (``policy=``, ``deadline``...) for the
+            filesystems this plugin wraps or makes.
+    """
+
+    def __init__(self, filesystem: Any = None, **options: Any) -> None:
+        self._filesystem = filesystem
+        self._options = options
+        self._made: dict[tuple[str, str], RetryingFileSystem] = {}
+        self._lock = threading.Lock()
+        if filesystem is not None and not isinstance(filesystem, RetryingFileSystem):
+            self._filesystem = RetryingFileSystem(filesystem, **options)
+        elif filesystem is not None and options:
+            raise TypeError("options apply to a filesystem the plugin wraps or makes; "
+                            "configure the RetryingFileSystem you pass instead")
+
+    # -- where a path goes --------------------------------------------------------------------
+    def resolve(self, path: Any) -> tuple[RetryingFileSystem, str]:
+        """The filesystem a checkpoint location goes to, and the path on it."""
+        scheme, authority, inner = split_location(path)
+        if self._filesystem is not None:
+            return self._filesystem, inner
+        key = (scheme, authority)
+        with self._lock:
+            fs = self._made.get(key)
+            if fs is None:
+                fs = self._made[key] = self._make(scheme, authority)
+        return fs, inner
+
+    def _make(self, scheme: str, authority: str) -> RetryingFileSystem:
+        if not scheme:
+            return RetryingFileSystem(pafs.LocalFileSystem(), **self._options)
+        from ..uri import from_uri
+
+        fs, _ = from_uri(f"{scheme}://{authority}", **self._options)
+        return fs
+
+    # -- CheckpointIO ---------------------------------------------------------------------------
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any,
+                        storage_options: Any | None = None) -> None:
+        """Serialise ``checkpoint`` with ``torch.save``, then upload it to ``path``."""
+        if storage_options is not None:
+            raise TypeError("RetryingCheckpointIO.save_checkpoint takes no storage_options "
+                            f"(got {storage_options!r}): configure the filesystem instead")
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)  # before any request: a failure here sends nothing
+        fs, target = self.resolve(path)
+        parent = target.rsplit("/", 1)[0] if "/" in target.strip("/") else ""
+        if parent and not split_location(path)[0]:  # a local disk (object stores need none)
+            fs.create_dir(parent, recursive=True)
+        with fs.open_output_stream(target) as stream:
+            stream.write(buffer.getbuffer())
+
+    def load_checkpoint(self, path: Any, map_location: Callable[..., Any] | Any = None,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        """Read ``path`` whole (ranged, resumable reads), then ``torch.load`` it."""
+        import torch
+
+        fs, target = self.resolve(path)
+        if fs.get_file_info(target).type != pafs.FileType.File:
+            raise FileNotFoundError(f"checkpoint not found: {path}")
+        with fs.open_input_file(target) as stream:
+            data = stream.read()
+        loaded: dict[str, Any] = torch.load(io.BytesIO(data), map_location=map_location,
+                                            weights_only=weights_only)
+        return loaded
+
+    def remove_checkpoint(self, path: Any) -> None:
+        """Delete the checkpoint at ``path`` (a file, or a directory of one); absent is done."""
+        fs, target = self.resolve(path)
+        kind = fs.get_file_info(target).type
+        if kind == pafs.FileType.File:
+            fs.delete_file(target)
+        elif kind == pafs.FileType.Directory:
+            fs.delete_dir(target)
