@@ -27,6 +27,7 @@ from benchmarks import (
     bench_reads,
     bench_rss,
     bench_s3_upload,
+    bench_torch,
 )
 
 SECTIONS: dict[str, Callable[[bool], list[str]]] = {
@@ -37,6 +38,7 @@ SECTIONS: dict[str, Callable[[bool], list[str]]] = {
     "large": bench_large.run,
     "rss": bench_rss.section,
     "reads": bench_reads.run,
+    "torch": bench_torch.run,
 }
 
 

@@ -30,3 +30,16 @@ def test_unknown_section_is_refused(capsys):
         run.main(["--only", "nope"])
     assert exit.value.code == 2
     assert "unknown section" in capsys.readouterr().err
+
+
+def test_the_torch_table_shows_every_contender_against_the_crt_peer():
+    from benchmarks import bench_torch
+
+    results = {"s3torchconnector": {"save": [2.0], "load": [1.0], "intact": 1, "rounds": 1},
+               "retryfs stream": {"save": [3.0], "load": [1.0], "intact": 1, "rounds": 1},
+               "pyarrow S3": {"save": [], "load": [], "intact": 0, "rounds": 1,
+                              "errors": ["SystemError"]}}
+    text = bench_torch._table("t", results)
+    lines = text.splitlines()
+    assert "1.50" in lines[3] and "1/1" in lines[3]  # retryfs stream: 3.0 / 2.0
+    assert "0/1" in lines[4] and "SystemError" in lines[4]
