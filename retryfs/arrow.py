@@ -113,6 +113,15 @@ def holds(dest: pafs.FileInfo, source: pafs.FileInfo) -> bool:
     return dest.mtime_ns is None or source.mtime_ns is None or dest.mtime_ns >= source.mtime_ns
 
 
+def changed(after: pafs.FileInfo, before: pafs.FileInfo) -> bool:
+    """Whether ``after`` is not the entry ``before`` was: created, or of another kind, size or
+    modification time. A destination unchanged since before a move is no proof of the move."""
+    if before.type == pafs.FileType.NotFound:
+        return after.type != pafs.FileType.NotFound
+    return (after.type != before.type or after.size != before.size
+            or after.mtime_ns != before.mtime_ns)
+
+
 #: The SDK's own attempts per request of a native S3 write stream when retryfs sets the
 #: client's retries (``native_attempts``) and ``native_write_attempts`` is not given: the AWS
 #: default, so that a failed UploadPart is re-sent alone by the SDK instead of failing the
@@ -410,16 +419,19 @@ class RetryingHandler(pafs.FileSystemHandler):
                    reconcile=deleted_here)
 
     def move(self, src: str, dest: str) -> None:
-        # What the source was before the first attempt: the only proof that a retry which
-        # finds no source was preceded by this call's own move (one metadata call per move).
-        before = self._info(src)
+        # What the source and the destination were before the first attempt (one metadata
+        # call per move): the only proof that a retry which finds no source was preceded by
+        # this call's own move, and not by a third party's delete beside an older object.
+        before, dest_before = self._call("get_file_info", f"{src} -> {dest}",
+                                         self.inner.get_file_info, [src, dest])
 
         def moved_already(exc: BaseException) -> bool:
             if not _is_missing(exc) or before.type == pafs.FileType.NotFound:
                 return False
             src_info, dest_info = self._call("get_file_info", f"{src} -> {dest}",
                                              self.inner.get_file_info, [src, dest])
-            return src_info.type == pafs.FileType.NotFound and holds(dest_info, before)
+            return (src_info.type == pafs.FileType.NotFound and holds(dest_info, before)
+                    and changed(dest_info, dest_before))
 
         move = self.inner.move
         if self._resends_by_itself:  # its own re-send of the source's lost DELETE: a 404

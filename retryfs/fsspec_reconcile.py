@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-__all__ = ["DELETES", "MKDIRS", "MOVES", "async_reconciler", "holds", "sync_reconciler"]
+__all__ = ["DELETES", "MKDIRS", "MOVES", "async_reconciler", "changed", "holds",
+           "sync_reconciler"]
 
 Info = Callable[[str], Mapping[str, Any]]
 AsyncInfo = Callable[[str], Awaitable[Mapping[str, Any]]]
@@ -47,6 +48,16 @@ def holds(dest: Mapping[str, Any], source: Mapping[str, Any]) -> bool:
     return True
 
 
+def changed(after: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
+    """Whether ``after`` is not the entry ``before`` was (``None``: there was none): another
+    kind, size, modification time or ETag. A destination unchanged since before a move is no
+    proof of the move (a third party may have deleted the source beside an older object)."""
+    if before is None:
+        return True
+    keys = ("type", "size", "ETag", "etag", *_MTIME_KEYS)
+    return any(after.get(key) != before.get(key) for key in keys)
+
+
 def _path(args: tuple[Any, ...], kwargs: Mapping[str, Any], index: int, name: str) -> Any:
     return args[index] if len(args) > index else kwargs.get(name)
 
@@ -75,8 +86,8 @@ async def _ainfo_or_none(info: AsyncInfo, path: str) -> Mapping[str, Any] | None
 def sync_reconciler(operation: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                     info: Info) -> Reconcile | None:
     """How a retry's error of ``operation(*args, **kwargs)`` can show an earlier attempt's
-    work, or ``None``. For a move, the source's ``info`` is taken now, before the first
-    attempt (one metadata call per move: the price of the proof)."""
+    work, or ``None``. For a move, the source's and the destination's ``info`` are taken now,
+    before the first attempt (two metadata calls per move: the price of the proof)."""
     if operation in DELETES:
         return gone
     if operation in MKDIRS:
@@ -91,12 +102,13 @@ def sync_reconciler(operation: str, args: tuple[Any, ...], kwargs: Mapping[str, 
         before = _info_or_none(info, src)
         if before is None:  # nothing to move: a retry that finds no source proves nothing
             return None
+        dst_before = _info_or_none(info, dst)
 
         def moved_already(exc: BaseException) -> bool:
             if not gone(exc) or _info_or_none(info, src) is not None:
                 return False
             after = _info_or_none(info, dst)
-            return after is not None and holds(after, before)
+            return after is not None and holds(after, before) and changed(after, dst_before)
 
         return moved_already
     return None
@@ -122,12 +134,13 @@ async def async_reconciler(operation: str, args: tuple[Any, ...], kwargs: Mappin
         before = await _ainfo_or_none(info, src)
         if before is None:
             return None
+        dst_before = await _ainfo_or_none(info, dst)
 
         async def moved_already(exc: BaseException) -> bool:
             if not gone(exc) or await _ainfo_or_none(info, src) is not None:
                 return False
             after = await _ainfo_or_none(info, dst)
-            return after is not None and holds(after, before)
+            return after is not None and holds(after, before) and changed(after, dst_before)
 
         return moved_already
     return None

@@ -47,6 +47,7 @@ import pyarrow.fs as pafs
 
 from .classify import Decision
 from .engine import Retrier
+from .locations import temporary_beside
 from .timeouts import AttemptAbandoned, AttemptTimeoutError, in_background
 from .tree_verify import proof
 from .watchdog import watch
@@ -116,11 +117,10 @@ class LocalFile:
     source: str
     destination: str
 
-    @property
-    def temporary_prefix(self) -> str:
-        """Where the copy is written before its rename: ``.name.retryfs-`` beside it."""
-        head, tail = posixpath.split(self.destination)
-        return f"{head}/.{tail}.retryfs-"
+    def temporary(self, tag: str) -> str:
+        """Where the copy is written before its rename: ``.name.retryfs-<tag>.tmp`` beside it
+        (`retryfs.locations.temporary_beside`: within NAME_MAX whatever the name's length)."""
+        return temporary_beside(self.destination, tag)
 
 
 def split_local(source_fs: pafs.FileSystem, writer: pafs.FileSystem,
@@ -290,7 +290,7 @@ class SmallFileBatch:
 
     def _copy_one(self, file: LocalFile, index: int, worker: _Worker) -> int:
         """The file written beside its destination, then renamed into place; its bytes."""
-        temporary = f"{file.temporary_prefix}{self._tag}{index:x}.tmp"
+        temporary = file.temporary(f"{self._tag}{index:x}")
         source = os.open(file.source, _READ)
         try:
             descriptor = os.open(temporary, _FLAGS, 0o666)

@@ -9,13 +9,39 @@ or any of its parents (`dangerous_target`), unless the user says so explicitly.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 from typing import Any
 
 import pyarrow.fs as pafs
 
-__all__ = ["check_location", "check_object_path", "check_path", "dangerous_target"]
+__all__ = ["NAME_MAX", "check_location", "check_object_path", "check_path", "dangerous_target",
+           "temporary_beside"]
+
+#: The longest file name, in bytes, of the local filesystems retryfs writes temporary files on
+#: (ext4, xfs, btrfs, tmpfs, NFS): a temporary name never passes it.
+NAME_MAX = 255
+
+
+def temporary_beside(path: str, tag: str) -> str:
+    """A hidden temporary name in ``path``'s directory for a file renamed into place after:
+    ``.<name>.retryfs-<tag>.tmp``. A name that would pass `NAME_MAX` bytes with those 16 bytes
+    plus the tag around it is shortened to a prefix of itself (whole characters) and 8 hex
+    digits of its hash, so that a legal 255-byte name still has a legal temporary twin."""
+    head, tail = posixpath.split(path)
+    room = NAME_MAX - len(f"..retryfs-{tag}.tmp".encode())
+    return posixpath.join(head, f".{_fit(tail, room)}.retryfs-{tag}.tmp")
+
+
+def _fit(name: str, room: int) -> str:
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= room:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    keep = raw[:max(0, room - 9)].decode("utf-8", "ignore")  # never half a character
+    return f"{keep}~{digest}"
+
 
 #: Stores whose first path component is a bucket (or container): its root is a whole store.
 BUCKET_TYPES = frozenset({"s3", "gcs", "abfs"})

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextvars
 import os
-import posixpath
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -49,13 +48,14 @@ from .commits import FailedCommits, report_commit, watching
 from .engine import Retrier
 from .errors import CommitNotVisibleError
 from .local_batch import PlannedFile, SmallFileBatch, split_local
+from .locations import temporary_beside
 from .placeholders import EmptyAtOpen
 from .streams import SUB_READ, abandon_stream, discard
 from .timeouts import AttemptAbandoned, AttemptTimeoutError, in_background, run_with_timeout
 from .tree_verify import listed_sizes, note_unproven, proof
 from .watchdog import watch
 
-__all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "plan_tree",
+__all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "join_abstract", "plan_tree",
            "prepare_tree", "pump_into", "subtree_base", "writes_through", "written_whole"]
 
 
@@ -251,16 +251,26 @@ def plan_tree(infos: list[pafs.FileInfo], base_dir: str, destination_base: str,
     """What Arrow's tree copy makes of a listing: the destination of each source directory
     (not the base itself), and ``(source, destination, read size, size)`` of each file."""
     base = base_dir.rstrip("/")
-    destination_base = destination_base.rstrip("/")
 
     def target(path: str) -> str:
         relative = path[len(base):].lstrip("/") if path.startswith(base) else path
-        return f"{destination_base}/{relative}" if relative else destination_base
+        return join_abstract(destination_base, relative)
 
     directories = [target(info.path) for info in infos if info.type == pafs.FileType.Directory]
     files = [(info.path, target(info.path), _buffer_size(chunk_size, info.size), info.size)
              for info in infos if info.type == pafs.FileType.File]
     return directories, files
+
+
+def join_abstract(base: str, relative: str) -> str:
+    """``relative`` under ``base`` as Arrow joins abstract paths (``ConcatAbstractPath``): an
+    empty base (the root of a ``SubTreeFileSystem``, of a bucket-rooted store) leaves
+    ``relative`` as it is, ``"/"`` gives ``"/relative"``; an empty ``relative`` is the base."""
+    if not relative:
+        return base.rstrip("/") or base
+    if not base:
+        return relative
+    return f"{base.rstrip('/')}/{relative}"
 
 
 def _buffer_size(chunk_size: int, size: int | None) -> int:
@@ -461,14 +471,17 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
             buffer_size: int, size: int | None, abandoned: threading.Event) -> int:
     """One file copied and committed; the bytes copied. A local destination is written beside
     it and renamed into place; a local file of several chunks through Arrow's own one-file copy
-    (its bytes are the listed ``size``, which the verification then proves; a copy abandoned
-    meanwhile is removed before its rename), anything else through `_pump`."""
+    (a copy abandoned meanwhile is removed before its rename; its bytes are the temporary
+    file's size), anything else through `_pump`."""
     writer = handler.writer_for(size)
 
     def write(target: str, beside: bool) -> int:
         if beside and size is not None and size > buffer_size:
             _arrow_copy_file(source_fs, source, writer, target, buffer_size, False)
-            return size
+            # the bytes written, stat'ed before the rename: not the listed size (the file may
+            # have grown or shrunk since the listing, and Arrow copies it to its end)
+            written = writer.get_file_info(target).size
+            return size if written is None else int(written)
         with source_fs.open_input_stream(source) as reader:
             return pump_into(writer, target, reader, buffer_size, abandoned, beside,
                              empty=handler.empty_at_open(target), listed=size)
@@ -582,8 +595,7 @@ def subtree_base(fs: pafs.FileSystem) -> pafs.FileSystem:
 def _beside(path: str) -> str:
     """A hidden temporary name beside ``path``, random (32 bits, as ``uuid4().hex[:8]``, at a
     tenth of its cost): writers on other nodes of a shared disk pick other names."""
-    head, tail = posixpath.split(path)
-    return posixpath.join(head, f".{tail}.retryfs-{os.urandom(4).hex()}.tmp")
+    return temporary_beside(path, os.urandom(4).hex())
 
 
 def _rename(fs: pafs.FileSystem, target: str, destination: str,

@@ -57,7 +57,8 @@ from .checksums import (
 from .classify import Decision, ErrorClassifier
 from .config import WrapperConfig
 from .engine import Retrier
-from .locations import check_location, check_path
+from .locations import check_location, check_path, temporary_beside
+from .native_copy import join_abstract
 from .policy import RetryPolicy
 from .redact import redact, redact_and_truncate
 from .stats import RetryEvent
@@ -134,7 +135,9 @@ def _shown_pair(fs: RetryingFileSystem, path: str) -> str:
 
 
 def _join(base: str, rel: str) -> str:
-    return posixpath.join(base, rel) if base else rel
+    """``rel`` under ``base`` as Arrow joins abstract paths: ``""`` + ``rel`` is ``rel``, the
+    root ``"/"`` + ``rel`` is ``"/rel"``."""
+    return join_abstract(base, rel)
 
 
 # -- the copy --------------------------------------------------------------------------------------
@@ -323,8 +326,7 @@ class _Copier:
         _final(self._ensure_parent, item.destination)
         target = item.destination
         if self.dst_local:  # write beside, rename on success: never a partial file in place
-            head, tail = posixpath.split(item.destination)
-            target = posixpath.join(head, f".{tail}.retryfs-{uuid.uuid4().hex[:8]}.tmp")
+            target = temporary_beside(item.destination, uuid.uuid4().hex[:8])
         source = _final(self.src.open_input_stream, item.source)  # reads resume by themselves
         out = None
         written = 0
@@ -418,7 +420,7 @@ def _plan(src: RetryingFileSystem, src_path: str, dst: RetryingFileSystem, dst_p
                 continue
             rel = entry.path[len(base):].lstrip("/") if entry.path.startswith(base) \
                 else posixpath.basename(entry.path)
-            plan.append(FileCopy(rel, entry.path, _join(dst_path.rstrip("/"), rel),
+            plan.append(FileCopy(rel, entry.path, _join(dst_path, rel),
                                  entry.size or 0))
         dst_base = dst_path.rstrip("/")
         existing: dict[str, pafs.FileInfo] = {}
@@ -437,7 +439,7 @@ def _plan(src: RetryingFileSystem, src_path: str, dst: RetryingFileSystem, dst_p
     target = dst_path
     there = dst.get_file_info(dst_path.rstrip("/")) if dst_path.rstrip("/") else None
     if dst_path.endswith("/") or (there is not None and there.type == pafs.FileType.Directory):
-        target = _join(dst_path.rstrip("/"), name)
+        target = _join(dst_path, name)
         there = dst.get_file_info(target)
     plan = [FileCopy(name, src_path, target, info.size or 0)]
     return plan, ({target: there} if there is not None else {})

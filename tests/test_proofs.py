@@ -1,0 +1,269 @@
+"""A success means the destination holds the bytes this call wrote: the cases where it did not.
+
+Each test reproduces, on real servers (moto's S3 through `S3FaultEndpoint`, a local disk), a
+call that reported success over the wrong bytes, left something behind, or failed where
+unwrapped pyarrow succeeds; each failed before its fix.
+"""
+
+import os
+import subprocess
+import sys
+
+import pyarrow.fs as pafs
+import pytest
+from _helpers import FAST
+
+import retryfs
+from retryfs.locations import NAME_MAX, temporary_beside
+from retryfs.testing import S3Fault
+
+
+def _tree(root, names, size):
+    os.makedirs(root, exist_ok=True)
+    data = {}
+    for index, name in enumerate(names):
+        data[name] = bytes([index % 251]) * size
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(data[name])
+    return data
+
+
+# -- a file that grew or shrank since the listing ------------------------------------------------
+
+class _ChangesAfterListing(pafs.FileSystemHandler):
+    """A local source whose listing is taken, then ``grow.bin`` grows or shrinks by ``delta``."""
+
+    def __init__(self, delta):
+        self.fs = pafs.LocalFileSystem()
+        self.delta = delta
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def get_type_name(self):
+        return "changes-after-listing"
+
+    def normalize_path(self, path):
+        return path
+
+    def get_file_info(self, paths):
+        return self.fs.get_file_info(paths)
+
+    def get_file_info_selector(self, selector):
+        infos = self.fs.get_file_info(selector)
+        for info in infos:
+            if info.path.endswith("grow.bin"):
+                with open(info.path, "r+b") as f:
+                    if self.delta > 0:
+                        f.seek(0, 2)
+                        f.write(b"+" * self.delta)
+                    else:
+                        f.truncate(info.size + self.delta)
+        return infos
+
+    def open_input_stream(self, path):
+        return self.fs.open_input_stream(path)
+
+    def open_input_file(self, path):
+        return self.fs.open_input_file(path)
+
+    def create_dir(self, path, recursive):
+        raise NotImplementedError
+
+    def delete_dir(self, path):
+        raise NotImplementedError
+
+    def delete_dir_contents(self, path, missing_dir_ok=False):
+        raise NotImplementedError
+
+    def delete_root_dir_contents(self):
+        raise NotImplementedError
+
+    def delete_file(self, path):
+        raise NotImplementedError
+
+    def move(self, src, dest):
+        raise NotImplementedError
+
+    def copy_file(self, src, dest):
+        raise NotImplementedError
+
+    def open_output_stream(self, path, metadata):
+        raise NotImplementedError
+
+    def open_append_stream(self, path, metadata):
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("size", [1000, 3 << 20], ids=["small", "several_chunks"])
+@pytest.mark.parametrize("delta", [700, -700], ids=["grew", "shrank"])
+@pytest.mark.parametrize("threads", [False, True], ids=["serial", "threaded"])
+def test_a_local_copy_of_a_file_changed_since_its_listing_is_copied_to_its_end(
+        tmp_path, size, delta, threads):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    _tree(src, ["a.bin", "grow.bin", "z.bin"], size)
+    dst.mkdir()
+    fs = retryfs.RetryingFileSystem(pafs.LocalFileSystem(), FAST)
+    pafs.copy_files(str(src), str(dst), source_filesystem=pafs.PyFileSystem(
+        _ChangesAfterListing(delta)), destination_filesystem=fs, use_threads=threads,
+        chunk_size=1 << 20)
+    for name in ("a.bin", "grow.bin", "z.bin"):  # as unwrapped pyarrow: the file as it is now
+        assert (dst / name).read_bytes() == (src / name).read_bytes()
+    assert (dst / "grow.bin").stat().st_size == size + delta
+    assert fs.stats.snapshot()["retries"] == 0
+    assert sorted(os.listdir(dst)) == ["a.bin", "grow.bin", "z.bin"]
+
+
+# -- the root of a SubTreeFileSystem ---------------------------------------------------------------
+
+def _subtree(kind, tmp_path, endpoint, bucket):
+    if kind == "local":
+        root = tmp_path / "subtree"
+        root.mkdir()
+        return pafs.SubTreeFileSystem(str(root), pafs.LocalFileSystem()), None
+    if kind == "pyarrow_s3":
+        return pafs.SubTreeFileSystem(f"{bucket}/prefix", endpoint.pyarrow_fs()), "prefix/"
+    from pyarrow.fs import FSSpecHandler
+
+    handler = FSSpecHandler(endpoint.s3fs())
+    return pafs.SubTreeFileSystem(f"{bucket}/prefix", pafs.PyFileSystem(handler)), "prefix/"
+
+
+@pytest.mark.parametrize("kind", ["local", "pyarrow_s3", "s3fs"])
+@pytest.mark.parametrize("destination", ["", "/", "nested/dir"],
+                         ids=["empty", "root", "nested"])
+def test_a_tree_copy_into_a_subtree_uploads_each_file_once(kind, destination, tmp_path,
+                                                           s3_fault_endpoint, s3_fault_bucket):
+    data = _tree(tmp_path / "src", ["a.bin", "b.bin"], 4096)
+    base, prefix = _subtree(kind, tmp_path, s3_fault_endpoint, s3_fault_bucket)
+    fs = retryfs.RetryingFileSystem(base, FAST)
+    if destination == "nested/dir":
+        fs.create_dir(destination)
+    s3_fault_endpoint.reset_record()
+    pafs.copy_files(str(tmp_path / "src"), destination, destination_filesystem=fs,
+                    use_threads=True)
+    assert fs.stats.snapshot()["retries"] == 0
+    where = destination.strip("/")
+    for name, content in data.items():
+        path = f"{where}/{name}" if where else name
+        with base.open_input_stream(path) as f:
+            assert f.read() == content
+    if prefix is not None:  # each file sent once
+        puts = s3_fault_endpoint.requests(op=("PutObject", "CreateMultipartUpload"))
+        assert sorted(r.key for r in puts if r.key.endswith(".bin")) == sorted(
+            f"{prefix}{where + '/' if where else ''}{name}" for name in data)
+    # and back: a download into the root of a local subtree
+    back = tmp_path / "back"
+    back.mkdir()
+    local = pafs.SubTreeFileSystem(str(back), pafs.LocalFileSystem())
+    pafs.copy_files(where, "", source_filesystem=fs, destination_filesystem=local)
+    assert sorted(os.listdir(back)) == sorted(data)
+
+
+# -- names of 255 bytes ----------------------------------------------------------------------------
+
+LONG_NAMES = ["a" * 255, "字" * 85, "é" * 127]  # 255, 255, 254 bytes
+
+
+def test_a_temporary_name_stays_within_name_max():
+    for name in LONG_NAMES + ["short.bin", "x" * 233, "x" * 234]:
+        temporary = temporary_beside(f"/d/{name}", "0123abcd")
+        tail = temporary.rsplit("/", 1)[1]
+        assert len(tail.encode()) <= NAME_MAX
+        assert tail.startswith(".") and tail.endswith(".retryfs-0123abcd.tmp")
+        tail.encode().decode()  # whole characters
+    assert temporary_beside("/d/short.bin", "t") == "/d/.short.bin.retryfs-t.tmp"
+    # two long names that share their first 240 bytes get different temporary names
+    assert temporary_beside("/d/" + "a" * 254 + "1", "t") != \
+        temporary_beside("/d/" + "a" * 254 + "2", "t")
+
+
+@pytest.mark.parametrize("size", [1000, 3 << 20], ids=["small", "several_chunks"])
+@pytest.mark.parametrize("threads", [False, True], ids=["serial", "threaded"])
+def test_names_of_255_bytes_copy_and_download(tmp_path, size, threads, s3_fault_endpoint,
+                                              s3_fault_bucket):
+    names = LONG_NAMES + ["z.bin"]
+    data = _tree(tmp_path / "src", names, size)
+    local = retryfs.RetryingFileSystem(pafs.LocalFileSystem(), FAST)
+    (tmp_path / "dst").mkdir()
+    pafs.copy_files(str(tmp_path / "src"), str(tmp_path / "dst"), destination_filesystem=local,
+                    use_threads=threads, chunk_size=1 << 20)
+    assert sorted(os.listdir(tmp_path / "dst")) == sorted(names)
+    s3 = retryfs.RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(), FAST)
+    pafs.copy_files(str(tmp_path / "src"), f"{s3_fault_bucket}/long",
+                    destination_filesystem=s3, use_threads=threads)
+    (tmp_path / "down").mkdir()
+    pafs.copy_files(f"{s3_fault_bucket}/long", str(tmp_path / "down"), source_filesystem=s3,
+                    use_threads=threads, chunk_size=1 << 20)
+    for name, content in data.items():
+        assert (tmp_path / "dst" / name).read_bytes() == content
+        assert (tmp_path / "down" / name).read_bytes() == content
+    assert sorted(os.listdir(tmp_path / "down")) == sorted(names)
+
+
+def test_the_command_copies_names_of_255_bytes(tmp_path):
+    names = LONG_NAMES + ["z.bin"]
+    data = _tree(tmp_path / "src", names, 2000)
+    result = subprocess.run([sys.executable, "-m", "retryfs", "cp", "-r", str(tmp_path / "src"),
+                             str(tmp_path / "dst")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(tmp_path / "dst")) == sorted(names)
+    for name, content in data.items():
+        assert (tmp_path / "dst" / name).read_bytes() == content
+
+
+# -- a move that moved nothing -------------------------------------------------------------------
+
+def _third_party_deletes_source(endpoint, bucket, key):
+    def delete(request):  # the copy fails before acting; meanwhile the source is deleted
+        endpoint._backend.delete_object(bucket, key)
+        return True
+    return delete
+
+
+@pytest.mark.parametrize("face", ["pyarrow", "fsspec"])
+def test_a_move_whose_source_a_third_party_deleted_is_not_reported_as_done(
+        face, s3_fault_endpoint, s3_fault_bucket):
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "src.bin", b"N" * 100)   # the new checkpoint
+    ep.put_object(bucket, "dst.bin", b"O" * 100)   # an older one, same size, written after
+    ep.add_fault(S3Fault.slow_down(op="CopyObject", times=1,
+                                   when=_third_party_deletes_source(ep, bucket, "src.bin")))
+    if face == "pyarrow":
+        fs = retryfs.RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False)
+        with pytest.raises(OSError, match="NO_SUCH_KEY"):  # the retry's own error, unchanged
+            fs.move(f"{bucket}/src.bin", f"{bucket}/dst.bin")
+    else:
+        from retryfs.fsspec import RetryFileSystem
+
+        # pyarrow's S3 through fsspec's ArrowFSWrapper: its mv is one move, reconciled
+        fs = RetryFileSystem(fs=ep.pyarrow_fs(), policy=FAST, budget=False)
+        with pytest.raises(OSError, match="NO_SUCH_KEY"):
+            fs.mv(f"{bucket}/src.bin", f"{bucket}/dst.bin")
+    assert len(ep.injected) == 1
+    assert ep.get_object(bucket, "dst.bin") == b"O" * 100  # nothing moved, and it says so
+
+
+@pytest.mark.parametrize("face", ["pyarrow", "fsspec"])
+def test_a_move_applied_then_lost_over_an_older_object_is_still_done(
+        face, s3_fault_endpoint, s3_fault_bucket):
+    # the twin: the move did land (its answer was lost); the destination changed: success
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "dst.bin", b"O" * 100)
+    ep.put_object(bucket, "src.bin", b"N" * 101)
+    op = "DeleteObject" if face == "pyarrow" else ("DeleteObject", "DeleteObjects")
+    ep.add_fault(S3Fault.internal_error(op=op, times=1, applied=True))
+    if face == "pyarrow":
+        fs = retryfs.RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False)
+        fs.move(f"{bucket}/src.bin", f"{bucket}/dst.bin")
+    else:
+        from retryfs.fsspec import RetryFileSystem
+
+        fs = RetryFileSystem(fs=ep.s3fs(), policy=FAST, budget=False)
+        fs.mv(f"{bucket}/src.bin", f"{bucket}/dst.bin")
+    assert len(ep.injected) == 1
+    assert ep.get_object(bucket, "dst.bin") == b"N" * 101
+    assert "src.bin" not in ep.keys(bucket)
