@@ -451,16 +451,28 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         return self.fs
 
     # -- identity --------------------------------------------------------------------------------
-    def __reduce__(self) -> tuple[Any, ...]:
-        from fsspec.spec import make_instance
+    def __eq__(self, other: object) -> bool:
+        """Equal when of the same class, over equal filesystems, with equal settings (not
+        fsspec's token of the constructor's arguments: a copy made by pickling carries the
+        settings, not the arguments they came from, and is still the same filesystem)."""
+        if self is other:
+            return True
+        if type(other) is not type(self):
+            return False
+        assert isinstance(other, RetryFileSystem)
+        return bool(self.fs == other.fs) and self.retry_config == other.retry_config
 
+    def __hash__(self) -> int:
+        return hash((type(self).__qualname__, self.fs, self.retry_config))
+
+    def __reduce__(self) -> tuple[Any, ...]:
         # the settings travel whole (never re-read from a worker's environment), the counters
         # do not; the filesystem to wrap as it was given
         options = {k: v for k, v in self.storage_options.items()
                    if k in ("fs", "target_protocol", "target_options", "fo")
                    or k in _FSSPEC_OWN and k != "loop"}
         options["config"] = self.retry_config
-        return make_instance, (type(self), self.storage_args, options)
+        return _restore, (type(self), self.storage_args, options)
 
     def __repr__(self) -> str:
         inner = type(self.fs)
@@ -497,6 +509,18 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         retried.__name__ = name
         retried.__doc__ = value.__doc__
         return retried
+
+
+def _restore(cls: type[RetryFileSystem], args: tuple[Any, ...],
+             options: dict[str, Any]) -> RetryFileSystem:
+    """An unpickled (or deep-copied) wrapper: the instance of fsspec's cache equal to it when
+    there is one (the original, in the same process), else a new one kept out of the cache
+    (its arguments differ from the original's: cached, it would be a twin)."""
+    fresh = cls(*args, **options, skip_instance_cache=True)
+    for cached in list(cls._cache.values()):
+        if cached == fresh:
+            return cached
+    return fresh
 
 
 # -- the blocking methods ------------------------------------------------------------------------

@@ -267,3 +267,50 @@ def test_a_move_applied_then_lost_over_an_older_object_is_still_done(
     assert len(ep.injected) == 1
     assert ep.get_object(bucket, "dst.bin") == b"N" * 101
     assert "src.bin" not in ep.keys(bucket)
+
+
+# -- a copy of a wrapper is the same filesystem -----------------------------------------------------
+
+def _copies():
+    import copy
+    import pickle
+
+    import cloudpickle
+
+    return {"pickle": lambda o: pickle.loads(pickle.dumps(o)), "deepcopy": copy.deepcopy,
+            "cloudpickle": lambda o: cloudpickle.loads(cloudpickle.dumps(o))}
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "cloudpickle"])
+@pytest.mark.parametrize("made", ["target_protocol", "instance", "url", "s3fs_url"])
+def test_a_copied_fsspec_wrapper_equals_the_original_and_adds_no_twin_to_the_cache(
+        how, made, s3_fault_endpoint):
+    import fsspec
+
+    from retryfs.fsspec import RetryFileSystem
+
+    if made == "target_protocol":
+        fs = fsspec.filesystem("retry", target_protocol="memory", max_attempts=3)
+    elif made == "instance":
+        fs = fsspec.filesystem("retry", fs=fsspec.filesystem("memory"), max_attempts=3)
+    elif made == "url":
+        fs = fsspec.core.url_to_fs("retry::memory://x", retry={"max_attempts": 3})[0]
+    else:
+        options = {"key": "testing", "secret": "testing", "endpoint_url": s3_fault_endpoint.url}
+        fs = fsspec.core.url_to_fs("retry::s3://b/k", s3=options, retry={"max_attempts": 3})[0]
+    cached = {cls: len(cls._cache) for cls in (type(fs), RetryFileSystem)}
+    copied = _copies()[how](fs)
+    assert copied == fs and hash(copied) == hash(fs)
+    assert copied.retry_config == fs.retry_config and type(copied) is type(fs)
+    assert {cls: len(cls._cache) for cls in cached} == cached
+    other = fsspec.filesystem("retry", target_protocol="memory", max_attempts=4)
+    assert other != fs  # other settings: another filesystem
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "cloudpickle"])
+def test_a_copied_pyarrow_wrapper_equals_the_original(how, s3_fault_endpoint):
+    fs = retryfs.RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(),
+                                    retryfs.RetryPolicy(max_attempts=3), native_attempts=1)
+    copied = _copies()[how](fs)
+    assert copied == fs and type(copied) is type(fs)
+    assert copied.retry_handler.config == fs.retry_handler.config
