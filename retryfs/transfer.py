@@ -62,7 +62,7 @@ from .native_copy import join_abstract
 from .policy import RetryPolicy
 from .redact import redact, redact_and_truncate
 from .stats import RetryEvent
-from .streams import discard
+from .streams import abandon_stream, discard
 from .transfer_results import (
     CHUNK,
     Checked,
@@ -360,29 +360,37 @@ class _Copier:
         return written
 
     def _abandon(self, out: Any, target: str, written: int) -> None:
-        """Give up an unfinished upload without leaving a partial object.
+        """Give up an unfinished upload without committing it: nothing is left to clean up.
 
-        fsspec files are discarded (s3fs aborts the multipart upload). pyarrow's output streams
-        cannot be aborted from Python: closing one whose write failed commits nothing, but one
-        that is healthy (the *source* failed) commits what it has, so that object is deleted.
+        fsspec files are discarded (s3fs aborts the multipart upload). A pyarrow output stream
+        cannot be aborted from Python, and closing a healthy one (the *source* failed) would
+        commit the prefix it holds at the final name, over whatever good object was there: it
+        is dropped unclosed instead (`retryfs.streams.abandon_stream`; the multipart upload
+        stays incomplete, as S3 lifecycle rules expect). A local temporary file beside its
+        destination is closed; the caller removes it.
         """
         if hasattr(out, "discard"):
             discard(out)
-            return
-        try:
-            out.close()
-        except Exception:  # noqa: BLE001 - nothing was committed
-            return
-        if not self.dst_local:
-            log.warning("retryfs: removing the partial object %r (%d bytes) left by an "
-                        "interrupted upload", target, written)
-            self._remove_quietly(target)
+        elif self.dst_local:
+            try:
+                out.close()
+            except Exception:  # noqa: BLE001 - the caller removes the temporary file
+                pass
+        else:
+            log.debug("retryfs: dropping the unfinished upload of %r (%d bytes) uncommitted",
+                      target, written)
+            abandon_stream(out)
 
     def _remove_quietly(self, path: str) -> None:
+        """Remove a temporary file beside its destination, retried under the policy; one that
+        finally stays is reported (a WARNING naming it), never silently left."""
         try:
-            self.dst_inner.delete_file(path)
-        except Exception:  # noqa: BLE001 - best effort
+            self.dst.delete_file(path)
+        except FileNotFoundError:
             pass
+        except Exception as exc:  # noqa: BLE001 - the copy's own error is the one raised
+            log.warning("retryfs: could not remove the temporary file %r: %s", redact(path),
+                        redact_and_truncate(f"{type(exc).__name__}: {exc}"))
 
     def _check(self, item: FileCopy, written: int, sha256: str | None) -> None:
         """The object landed and holds what was read: else a (retried) VerificationError."""

@@ -314,3 +314,38 @@ def test_a_copied_pyarrow_wrapper_equals_the_original(how, s3_fault_endpoint):
     copied = _copies()[how](fs)
     assert copied == fs and type(copied) is type(fs)
     assert copied.retry_handler.config == fs.retry_handler.config
+
+
+# -- a transfer whose source fails for good -------------------------------------------------------
+
+def test_cp_never_commits_a_prefix_when_its_source_fails_for_good(s3_fault_endpoint,
+                                                                  s3_fault_bucket, monkeypatch):
+    import io
+
+    from retryfs.cli import main
+
+    monkeypatch.setenv("RETRYFS_NO_SLEEP", "1")
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    good_old = b"G" * 1000
+    ep.put_object(bucket, "dst/big.bin", good_old)  # the previous, good object
+    ep.put_object(bucket, "src/big.bin", bytes(range(256)) * (24 * 4096))  # 24 MiB
+    # the first GET sends 10 MiB and the connection ends; every later one (the resumed,
+    # ranged reads) fails: the source fails for good mid-file; and a clean-up DELETE, if any,
+    # meets a transient 503
+    ep.add_fault(S3Fault.truncate(keep_bytes=10 << 20, op="GetObject",
+                                  path=f"{bucket}/src/big.bin", times=1))
+    ep.add_fault(S3Fault.internal_error(op="GetObject", path=f"{bucket}/src/big.bin",
+                                        times=None))
+    ep.add_fault(S3Fault.slow_down(op=("DeleteObject", "DeleteObjects"), times=1))
+
+    def url(key):
+        return ep.uri(f"{bucket}/{key}", retry_max_attempts=3, retry_initial_delay=0,
+                      retry_max_delay=0)
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["cp", "-r", url("src"), url("dst")], stdout=out, stderr=err)
+    assert code != 0
+    assert "big.bin" in out.getvalue() + err.getvalue()
+    assert ep.get_object(bucket, "dst/big.bin") == good_old  # never replaced by a prefix
+    assert [r for r in ep.requests(op=("CompleteMultipartUpload", "PutObject"))
+            if r.key == "dst/big.bin"] == []
