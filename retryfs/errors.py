@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["CommitNotVisibleError", "InnerFileClosedError", "UnfinishedDeleteError"]
+__all__ = ["CommitInFlightError", "CommitNotVisibleError", "InnerFileClosedError",
+           "UnfinishedDeleteError"]
 
 
 class CommitNotVisibleError(OSError):
@@ -41,3 +42,14 @@ class UnfinishedDeleteError(ConnectionError):
         super().__init__(f"{path!r} is not deleted yet: a {type(original).__name__} on one "
                          "of its objects stopped the delete half-way")
         self.original = original
+
+
+class CommitInFlightError(TimeoutError):
+    """An attempt abandoned by its per-attempt timeout in the middle of its commit had not
+    ended by the deadline: its commit request may still land after this call, over whatever
+    is written next. Raised instead of reporting success (the retry's commit did land)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path!r}: a commit of an abandoned attempt was still under way at "
+                         "the deadline; the object may change when it lands")
+        self.path = path

@@ -45,13 +45,20 @@ import pyarrow.fs as pafs
 from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, one file
 
 from .commits import FailedCommits, report_commit, watching
-from .engine import Retrier
-from .errors import CommitNotVisibleError
+from .engine import Retrier, operation_end
+from .errors import CommitInFlightError, CommitNotVisibleError
 from .local_batch import PlannedFile, SmallFileBatch, split_local
 from .locations import temporary_beside
 from .placeholders import EmptyAtOpen
 from .streams import SUB_READ, abandon_stream, discard
-from .timeouts import AttemptAbandoned, AttemptTimeoutError, in_background, run_with_timeout
+from .timeouts import (
+    AttemptAbandoned,
+    AttemptSignal,
+    AttemptTimeoutError,
+    in_background,
+    run_with_timeout,
+    settle,
+)
 from .tree_verify import listed_sizes, note_unproven, proof
 from .watchdog import watch
 
@@ -210,8 +217,43 @@ def _retried(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, desti
     return unverified[0] if unverified else None  # committed, the check gave up: unproven
 
 
+#: Attempts abandoned by their timeout in the middle of their commit, by destination: a
+#: success at that destination is reported only once they have ended (`_settle_commits`).
+_in_flight: dict[str, list[AttemptSignal]] = {}
+_in_flight_lock = threading.Lock()
+
+
+def _register_in_flight(destination: str, signal: AttemptSignal) -> None:
+    with _in_flight_lock:
+        _in_flight.setdefault(destination, []).append(signal)
+
+
+def _settle_commits(handler: CopyTarget, destination: str) -> BaseException | None:
+    """Wait for the commits still under way at ``destination`` (`retryfs.timeouts.settle`):
+    the copy's success is reported after they land, never before (one landing after the call
+    returned would replace whatever is written there next). Bounded by the enclosing
+    operation's deadline, else by a fresh ``deadline`` of the policy; `CommitInFlightError`
+    past it."""
+    with _in_flight_lock:
+        pending = [s for s in _in_flight.pop(destination, []) if not s.ended.is_set()]
+    if not pending:
+        return None
+    retrier = handler.retrier
+    end = operation_end(retrier.clock)
+    deadline = retrier.policy_for("copy_files").deadline
+    if end is None and deadline is not None:
+        end = retrier.clock() + deadline
+    try:
+        settle(pending, destination, end, retrier.clock)
+    except CommitInFlightError as exc:
+        return exc
+    return None
+
+
 def _report(handler: CopyTarget, destination: str, error: BaseException | None) -> None:
     """How ``destination``'s commit ended, to the record and to the copy_files guard."""
+    if error is None:
+        error = _settle_commits(handler, destination)
     handler.failed_commits.record(destination, error)
     report_commit(watching(), destination, error)
 
@@ -370,10 +412,11 @@ class _WatchedCopy:
         retrier = handler.retrier
         started = retrier.clock()  # the deadline counts the first attempt too
         context = contextvars.copy_context()  # the retries see this operation's deadline
-        abandoned = threading.Event()
+        abandoned = AttemptSignal()
 
         def expired() -> None:  # on the watchdog's thread
-            abandoned.set()
+            if abandoned.abandon():  # its commit is under way: success waits for it
+                _register_in_flight(self.destination, abandoned)
             timeout = AttemptTimeoutError("copy_files", self.destination, seconds)
             in_background(lambda: self._retry(timeout, seconds, started), context)
 
@@ -385,6 +428,8 @@ class _WatchedCopy:
                              self.buffer_size, self.size, abandoned)
         except Exception as exc:  # noqa: BLE001 - classified by the retrier
             error = exc
+        finally:
+            abandoned.ended.set()
         if not watched.finish():
             return  # timed out: the retries went on on another worker
         if error is None and self._later is not None:  # checked by the tree's listing
@@ -427,6 +472,8 @@ class _WatchedCopy:
             return  # ended already (a stalled first attempt that raised on its way out)
         try:
             if escaped is None and not recorded:
+                if error is None:
+                    error = _settle_commits(self.handler, self.destination)
                 self.handler.failed_commits.record(self.destination, error)
                 report_commit(watching(), self.destination, error)
         finally:
@@ -456,19 +503,26 @@ def _upload_attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str
     worker, and a stalled one is left behind and becomes a retry that reads the source again;
     the abandoned attempt never commits (it stops at its next read or write and drops its
     stream unclosed), so it cannot land a partial or stale object over the retry's."""
-    abandoned = threading.Event()
+    abandoned = AttemptSignal()
 
     def upload() -> int:
-        return _upload(handler, source_fs, source, destination, buffer_size, size, abandoned)
+        try:
+            return _upload(handler, source_fs, source, destination, buffer_size, size,
+                           abandoned)
+        finally:
+            abandoned.ended.set()
+
+    def abandon(_future: Future[int]) -> None:
+        if abandoned.abandon():  # its commit is under way: success waits for it to land
+            _register_in_flight(destination, abandoned)
 
     if seconds is None:
         return upload()
-    return run_with_timeout(upload, seconds, "copy_files", destination,
-                            on_abandon=lambda _future: abandoned.set())
+    return run_with_timeout(upload, seconds, "copy_files", destination, on_abandon=abandon)
 
 
 def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destination: str,
-            buffer_size: int, size: int | None, abandoned: threading.Event) -> int:
+            buffer_size: int, size: int | None, abandoned: AttemptSignal) -> int:
     """One file copied and committed; the bytes copied. A local destination is written beside
     it and renamed into place; a local file of several chunks through Arrow's own one-file copy
     (a copy abandoned meanwhile is removed before its rename; its bytes are the temporary
@@ -490,7 +544,7 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
 
 
 def written_whole(fs: pafs.FileSystem, destination: str,
-                  write: Callable[[str, bool], int], abandoned: threading.Event) -> int:
+                  write: Callable[[str, bool], int], abandoned: AttemptSignal) -> int:
     """``write(target, beside)`` (the bytes written), committed whole at ``destination`` or
     not at all: on a filesystem that writes in place (`writes_through`) the target is a
     temporary file beside it, renamed into place after, removed on any failure."""
@@ -508,7 +562,7 @@ def written_whole(fs: pafs.FileSystem, destination: str,
 
 
 def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
-              abandoned: threading.Event, beside: bool, empty: EmptyAtOpen | None = None,
+              abandoned: AttemptSignal, beside: bool, empty: EmptyAtOpen | None = None,
               listed: int | None = None) -> int:
     """``reader``'s bytes (and metadata) into a new output stream of ``fs`` at ``target``,
     committed by `_pump`; a temporary file beside is closed on a source failure (and removed
@@ -533,7 +587,7 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
 
 
 def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
-          abandoned: threading.Event, drop: Callable[[Any], None] = abandon_stream,
+          abandoned: AttemptSignal, drop: Callable[[Any], None] = abandon_stream,
           listed: int | None = None) -> int:
     """Bytes from ``reader`` into ``writer``, then the commit (its close).
 
@@ -573,6 +627,11 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
         size += buffer.size
         if listed is not None and size > listed and read_size < most:
             read_size = min(2 * read_size, most)
+    try:
+        abandoned.start_commit()  # abandoned by now: never committed; else committing
+    except AttemptAbandoned:
+        drop(writer)
+        raise
     writer.close()  # the commit: raises when it failed (copy_files would ignore it)
     return size
 
@@ -599,10 +658,9 @@ def _beside(path: str) -> str:
 
 
 def _rename(fs: pafs.FileSystem, target: str, destination: str,
-            abandoned: threading.Event) -> None:
+            abandoned: AttemptSignal) -> None:
     try:
-        if abandoned.is_set():
-            raise AttemptAbandoned()
+        abandoned.start_commit()  # abandoned by now: never renamed; else committing
         fs.move(target, destination)
     except BaseException:
         _remove_quietly(fs, target)

@@ -57,13 +57,13 @@ from .native_copy import (
 )
 from .redact import redact
 from .streams import SUB_READ, ResumableInputFile
-from .timeouts import in_background
+from .timeouts import AttemptSignal, in_background
 
 __all__ = ["WHOLE_FILE", "DownloadSource", "TreeShare", "download_file_tree",
            "download_single_file", "reads_ranges_concurrently"]
 
 #: A download has no attempt of its own to abandon: each read is retried where it failed.
-_NEVER = threading.Event()
+_NEVER = AttemptSignal()  # a download attempt is never abandoned
 #: The most sub-reads of one file in flight: ``window`` x `SUB_READ` is at most one 64 MiB
 #: chunk of ``copy_files`` (Ray Train's), the memory unwrapped pyarrow holds per file.
 MAX_WINDOW = 8

@@ -24,9 +24,9 @@ from fsspec.spec import AbstractBufferedFile
 
 from .commits import report_commit, watching
 from .config import DEFAULT_SPOOL_MEMORY
-from .engine import Retrier
+from .engine import Retrier, operation_end
 from .errors import CommitNotVisibleError, InnerFileClosedError
-from .timeouts import in_background, run_with_timeout
+from .timeouts import AttemptSignal, in_background, run_with_timeout, settle
 
 __all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY", "SUB_READ",
            "abandon_stream", "discard"]
@@ -163,6 +163,7 @@ class ReplayableOutputStream(io.RawIOBase):
         self._unverified: Exception | None = None  # the error of a verification that gave up
         self._lock = threading.Lock()
         self._watchers = watching()  # the copy_files calls running now hear of its commit
+        self._in_flight: list[AttemptSignal] = []  # abandoned close attempts mid-commit
 
     # -- io.RawIOBase ------------------------------------------------------------------------
     def writable(self) -> bool:
@@ -203,7 +204,9 @@ class ReplayableOutputStream(io.RawIOBase):
                         abandon_stream(self._sink.stream)
                     return
                 try:
+                    started = self._retrier.clock()
                     self._guarded("close", self._commit, self._size)
+                    self._settle(started)
                     if self._unverified is not None:  # committed, but the check gave up
                         raise self._unverified
                 except BaseException as exc:
@@ -250,22 +253,45 @@ class ReplayableOutputStream(io.RawIOBase):
             raise CommitNotVisibleError(
                 f"{self.path!r} was committed but does not hold the {self._size} bytes written")
 
+    def _settle(self, started: float) -> None:
+        """Before a close reports success: wait for the close attempts abandoned in the middle
+        of their commit (`retryfs.timeouts.settle`), within the close's deadline."""
+        if not self._in_flight:
+            return
+        clock = self._retrier.clock
+        end = operation_end(clock)
+        deadline = self._retrier.policy_for("close").deadline
+        if deadline is not None and (end is None or started + deadline < end):
+            end = started + deadline
+        settle(self._in_flight, self.path, end, clock)
+
     def _guarded(self, operation: str, action: Callable[[_Sink], None], in_flight: int) -> None:
         def attempt() -> None:
             box = [self._sink]  # this attempt's stream: the one there, or the replay's
             self._sink = None
             ran, abandoned = [], []
+            # a close that is abandoned before its commit never commits (it may have been
+            # replaying); one abandoned during its commit is waited for before success
+            signal = AttemptSignal() if operation == "close" else None
 
             def work() -> None:
                 ran.append(True)
-                sink = box[0]
-                if sink is None or sink.closed:
-                    sink = self._replay(box)
-                action(sink)
+                try:
+                    sink = box[0]
+                    if sink is None or sink.closed:
+                        sink = self._replay(box)
+                    if signal is not None:
+                        signal.start_commit()
+                    action(sink)
+                finally:
+                    if signal is not None:
+                        signal.ended.set()
 
             def abandon(future: Future[Any]) -> None:
                 abandoned.append(True)
                 future.add_done_callback(lambda _: _drop_abandoned(box[0]))
+                if signal is not None and signal.abandon():
+                    self._in_flight.append(signal)
 
             seconds = None
             if self._attempt_timeout is not None:

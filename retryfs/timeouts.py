@@ -35,13 +35,16 @@ import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
 from fsspec.implementations.local import LocalFileSystem as FsspecLocalFileSystem
 
+from .errors import CommitInFlightError
 from .policy import GROUPS, OPERATION_GROUPS
 
 __all__ = [
     "AttemptAbandoned",
+    "AttemptSignal",
     "AttemptTimeoutError",
     "DEFAULT_MIN_THROUGHPUT",
     "DEFAULT_WRITE_TIMEOUT",
+    "settle",
     "write_attempt_timeout",
     "writes_locally",
     "TIMED_GROUPS",
@@ -216,6 +219,46 @@ def _forget_parent_workers() -> None:
 
 if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_forget_parent_workers)
+
+
+class AttemptSignal(threading.Event):
+    """An attempt's abandoned flag (set: abandoned by its timeout), and whether it had begun its
+    commit first: an attempt abandoned before its commit never commits (`start_commit` raises
+    in it), one abandoned during its commit has a request on its way that may still land. The
+    call that abandoned it `settle`s such attempts before it reports success."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._decide = threading.Lock()
+        self.committing = False
+        self.ended = threading.Event()  # set by the attempt when it returns or raises
+
+    def start_commit(self) -> None:
+        """In the attempt, right before its commit: `AttemptAbandoned` if it was abandoned;
+        else it is committing from now on."""
+        with self._decide:
+            if self.is_set():
+                raise AttemptAbandoned()
+            self.committing = True
+
+    def abandon(self) -> bool:
+        """Mark the attempt abandoned; whether its commit was already under way."""
+        with self._decide:
+            self.set()
+            return self.committing
+
+
+def settle(in_flight: list[AttemptSignal], path: str, end: float | None,
+           clock: Callable[[], float]) -> None:
+    """Wait until each abandoned attempt whose commit was under way has ended (its outcome
+    does not matter: it sent the same bytes as the retry that succeeded). A call must not
+    report success while one of its own commit requests may still land, after it returned,
+    over a later write. Bounded by ``end`` (on ``clock``; ``None``: until they end, which the
+    client's own request timeout bounds): past it, `CommitInFlightError`."""
+    for signal in in_flight:
+        timeout = None if end is None else max(0.0, end - clock())
+        if not signal.ended.wait(timeout):
+            raise CommitInFlightError(path)
 
 
 def run_with_timeout(fn: Callable[[], T], seconds: float, operation: str, path: str,

@@ -390,7 +390,7 @@ class _Copier:
             pass
         except Exception as exc:  # noqa: BLE001 - the copy's own error is the one raised
             log.warning("retryfs: could not remove the temporary file %r: %s", redact(path),
-                        redact_and_truncate(f"{type(exc).__name__}: {exc}"))
+                        redact_and_truncate(f"{type(exc).__name__}: {exc}", 300))
 
     def _check(self, item: FileCopy, written: int, sha256: str | None) -> None:
         """The object landed and holds what was read: else a (retried) VerificationError."""

@@ -349,3 +349,56 @@ def test_cp_never_commits_a_prefix_when_its_source_fails_for_good(s3_fault_endpo
     assert ep.get_object(bucket, "dst/big.bin") == good_old  # never replaced by a prefix
     assert [r for r in ep.requests(op=("CompleteMultipartUpload", "PutObject"))
             if r.key == "dst/big.bin"] == []
+
+
+# -- a commit abandoned by its timeout that lands later ----------------------------------------------
+
+def _commits_of(ep, key):
+    return [r for r in ep.requests(op=("PutObject", "CompleteMultipartUpload")) if r.key == key]
+
+
+def _write_through(how, fs, tmp_path, bucket):
+    if how == "stream":
+        with fs.open_output_stream(f"{bucket}/k") as f:
+            f.write(b"v1" * 100)
+        return
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k").write_bytes(b"v1" * 100)
+    if how == "copy_files_threaded":
+        (src / "other").write_bytes(b"o")
+    pafs.copy_files(str(src), bucket, destination_filesystem=fs,
+                    use_threads=how == "copy_files_threaded")
+
+
+@pytest.mark.parametrize("how", ["stream", "copy_files", "copy_files_threaded"])
+def test_a_call_returns_only_once_its_abandoned_commit_has_landed(how, tmp_path,
+                                                                  s3_fault_endpoint,
+                                                                  s3_fault_bucket):
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    fs = retryfs.RetryingFileSystem(ep.pyarrow_fs(), FAST, write_timeout=0.3, budget=False)
+    # the first commit of k is served 2.5 s late: its attempt is abandoned at 0.3 s and the
+    # retry commits; the late one still lands (its body is with the server)
+    ep.add_fault(S3Fault.delay(2.5, op=("PutObject", "CompleteMultipartUpload"),
+                               path=f"{bucket}/k", times=1))
+    _write_through(how, fs, tmp_path, bucket)
+    assert len(ep.injected) == 1 and fs.stats.snapshot()["retries"] >= 1
+    # when the call returns, every commit request it sent has been answered
+    commits = _commits_of(ep, "k")
+    assert len(commits) == 2 and all(r.status == 200 for r in commits)
+    ep.put_object(bucket, "k", b"v2" * 100)  # the application writes the next version
+    assert ep.get_object(bucket, "k") == b"v2" * 100
+
+
+def test_a_commit_still_under_way_at_the_deadline_is_an_error_not_a_success(
+        tmp_path, s3_fault_endpoint, s3_fault_bucket):
+    from retryfs.errors import CommitInFlightError
+
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    policy = retryfs.RetryPolicy(max_attempts=4, initial_delay=0.001, jitter=False, deadline=1.0)
+    fs = retryfs.RetryingFileSystem(ep.pyarrow_fs(), policy, write_timeout=0.3, budget=False)
+    ep.add_fault(S3Fault.delay(4.0, op=("PutObject", "CompleteMultipartUpload"),
+                               path=f"{bucket}/k", times=1))
+    with pytest.raises(CommitInFlightError, match="still under way"):
+        _write_through("stream", fs, tmp_path, bucket)
+    ep.release_stalls()

@@ -162,7 +162,10 @@ def test_the_fsspec_face_times_out_a_stalled_upload(op: str, size: int,
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
     data = random.Random(size).randbytes(size)
     stall = ep.add_fault(S3Fault.stall(STALL, op=op, path=f"{bucket}/obj", times=1))
-    fs = fsspec.filesystem("retry", fs=ep.s3fs(), skip_instance_cache=True, policy=POLICY,
+    # a stalled commit (PutObject, CompleteMultipartUpload) may still land: the close returns
+    # once its abandoned attempt has ended, which the client's own read timeout bounds
+    client = ep.s3fs(config_kwargs={"read_timeout": 2})
+    fs = fsspec.filesystem("retry", fs=client, skip_instance_cache=True, policy=POLICY,
                            budget=False, **FAST)
     started = time.monotonic()
     with fs.open(f"{bucket}/obj", "wb", block_size=5 * MiB) as out:
