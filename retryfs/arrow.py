@@ -26,7 +26,7 @@ from .errors import UnfinishedDeleteError
 from .fsspec_handler import FsspecHandler
 from .iopool import PoolSafeOutputStream, writes_in_background
 from .native import resends_by_itself, with_native_attempts
-from .native_copy import copy_file_tree, copy_single_file
+from .native_copy import copy_file_tree, copy_single_file, writes_through
 from .native_download import (
     download_file_tree,
     download_single_file,
@@ -35,6 +35,7 @@ from .native_download import (
 from .parts import retry_parts_in_place
 from .placeholders import EmptyAtOpen, creates_empty_at_open
 from .policy import OPERATION_GROUPS, RetryPolicy
+from .proof import UNKNOWN, Proofs, WriteDigest, arrow_state, is_new, read_md5
 from .redact import redact
 from .stats import RetryStats
 from .streams import ReplayableOutputStream, ResumableInputFile
@@ -207,6 +208,7 @@ class RetryingHandler(pafs.FileSystemHandler):
         self.original = fs
         self.inner = as_arrow_filesystem(fs)
         self.writer = _write_client(given, self.inner, config)
+        self.proofs = Proofs()  # what the copy data path wrote, for the check after its commit
         self._one_part_writer: pafs.FileSystem | None = None
         self._resends_by_itself = resends_by_itself(fs)
         self._empty_at_open = creates_empty_at_open(self.writer)
@@ -460,6 +462,7 @@ class RetryingHandler(pafs.FileSystemHandler):
         stream = ReplayableOutputStream(
             path, reopen() if empty is None else empty.first_open(reopen), reopen, self.retrier,
             verify=self._landed if self.verify_writes else None,
+            state_of=self._state_before,
             on_commit=self.failed_commits.record,
             spool_memory=self.spool_memory,
             attempt_timeout=self.write_attempt_timeout if self._timed_writes else None,
@@ -538,10 +541,28 @@ class RetryingHandler(pafs.FileSystemHandler):
         return write_attempt_timeout(self.config.write_timeout, self.config.min_throughput,
                                      in_flight)
 
-    def _landed(self, path: str, size: int) -> bool:
-        """Whether ``path`` now holds an object of ``size`` bytes (read-after-write check)."""
-        info = self.inner.get_file_info(path)
-        return info.type == pafs.FileType.File and (info.size is None or info.size == size)
+    def _landed(self, path: str, size: int, digest: WriteDigest | None = None,
+                before: Any = UNKNOWN) -> bool:
+        """Whether ``path`` now holds the ``size`` bytes written (read-after-write check): the
+        new object, not an older one of the same size (`retryfs.proof.is_new`: S3's ETag
+        against the bytes' MD5, or a change since ``before``). The copy data path leaves its
+        digest and earlier state in `proofs`."""
+        if digest is None and before is UNKNOWN:
+            digest, before = self.proofs.take(path)
+        if writes_through(self.inner):  # a local write is in place or nowhere: its size
+            info = self.inner.get_file_info(path)
+            return info.type == pafs.FileType.File and (info.size is None or info.size == size)
+        after = arrow_state(self.inner, path)
+
+        def read_back() -> bytes:
+            with self.inner.open_input_stream(path) as stream:
+                return bytes(stream.read())
+
+        return is_new(after, size, digest, before, lambda: read_md5(read_back))
+
+    def _state_before(self, path: str) -> Any:
+        """``path``'s state before a large write's commit (`retryfs.proof.ObjectState`)."""
+        return arrow_state(self.inner, path)
 
 
 class ArrowSideInput(ResumableInputFile):

@@ -72,6 +72,7 @@ from .fsspec_reconcile import async_reconciler, sync_reconciler
 from .native import with_native_attempts
 from .parts import retry_parts_in_place
 from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
+from .proof import UNKNOWN, WriteDigest, fsspec_state, is_new, read_md5
 from .redact import redact, register_option_secrets
 from .stats import RetryStats
 from .timeouts import timed, write_attempt_timeout, writes_locally
@@ -407,7 +408,8 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
                 self, path, mode, first, reopen_write, self.retrier,
                 verify=self._landed if (self.verify_writes and autocommit) else None,
                 spool_memory=self.spool_memory, autocommit=autocommit,
-                attempt_timeout=None if writes_locally(inner_fs) else self._write_attempt_timeout)
+                attempt_timeout=None if writes_locally(inner_fs) else self._write_attempt_timeout,
+                state_of=self._state)
             return writer
         operation = "open_append_stream" if "a" in mode else "open"
         return self._call(operation, path, opener)
@@ -420,8 +422,11 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
             return None
         return write_attempt_timeout(config.write_timeout, config.min_throughput, in_flight)
 
-    def _landed(self, path: str, size: int) -> bool:
-        """Whether ``path`` holds ``size`` bytes now (the read-after-write check)."""
+    def _landed(self, path: str, size: int, digest: WriteDigest | None = None,
+                before: Any = UNKNOWN) -> bool:
+        """Whether ``path`` now holds the ``size`` bytes written (the read-after-write check):
+        the new object, not an older one of the same size (`retryfs.proof.is_new`: the store's
+        ETag or MD5 against the bytes' MD5, or a change since ``before``)."""
         try:
             self.fs.invalidate_cache(path)
             info = self.fs.info(path)
@@ -429,10 +434,19 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
             return False
         except NotImplementedError:  # a filesystem that cannot tell: trust the commit
             return True
-        if info.get("type") not in (None, "file"):
-            return False
-        found = info.get("size")
-        return found is None or int(found) == size
+        after = fsspec_state(info)
+        if writes_locally(self.fs):  # a local write is in place or nowhere: its size says it
+            return after is not None and (after.size is None or after.size == size)
+        return is_new(after, size, digest, before,
+                      lambda: read_md5(lambda: self.fs.cat_file(path)))
+
+    def _state(self, path: str) -> Any:
+        """``path``'s state before a large write's commit (`retryfs.proof.ObjectState`)."""
+        try:
+            self.fs.invalidate_cache(path)
+            return fsspec_state(self.fs.info(path))
+        except FileNotFoundError:
+            return None
 
     # -- the pyarrow face ------------------------------------------------------------------------
     def to_arrow(self) -> RetryingFileSystem:

@@ -159,10 +159,11 @@ class RetryWriteFile(ReplayableOutputStream):
 
     def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile,
                  reopen: Callable[[], InnerFile], retrier: Retrier, *,
-                 verify: Callable[[str, int], bool] | None, spool_memory: int,
-                 autocommit: bool, attempt_timeout: AttemptTimeout | None = None) -> None:
+                 verify: Callable[..., bool] | None, spool_memory: int,
+                 autocommit: bool, attempt_timeout: AttemptTimeout | None = None,
+                 state_of: Callable[[str], Any] | None = None) -> None:
         super().__init__(path, inner, reopen, retrier, verify=verify, spool_memory=spool_memory,
-                         attempt_timeout=attempt_timeout)
+                         attempt_timeout=attempt_timeout, state_of=state_of)
         self.fs = fs
         self.mode = mode
         self.autocommit = autocommit

@@ -50,6 +50,7 @@ from .errors import CommitInFlightError, CommitNotVisibleError
 from .local_batch import PlannedFile, SmallFileBatch, split_local
 from .locations import temporary_beside
 from .placeholders import EmptyAtOpen
+from .proof import UNKNOWN, Proofs, WriteDigest, arrow_state
 from .streams import SUB_READ, abandon_stream, discard
 from .timeouts import (
     AttemptAbandoned,
@@ -59,7 +60,7 @@ from .timeouts import (
     run_with_timeout,
     settle,
 )
-from .tree_verify import listed_sizes, note_unproven, proof
+from .tree_verify import REFUSED, Listed, listed_files, note_unproven, proof
 from .watchdog import watch
 
 __all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "join_abstract", "plan_tree",
@@ -73,6 +74,7 @@ class CopyTarget(Protocol):
     inner: pafs.FileSystem  # lists the destination of a tree copy (`retryfs.tree_verify`)
     writer: pafs.FileSystem  # opens the native output streams
     failed_commits: FailedCommits
+    proofs: Proofs  # each write's digest and earlier state, for its check (`retryfs.proof`)
 
     @property
     def verify_writes(self) -> bool: ...
@@ -98,12 +100,13 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
     files = prepare_tree(source_fs.get_file_info(selector), selector.base_dir, destination_base,
                          chunk_size, lambda directory: handler.create_dir(directory, True))
     later: list[_Unchecked] | None = [] if _lists_tree(handler, files) else None
+    before = _listed_before(handler, destination_base) if later is not None else REFUSED
     if not use_threads or len(files) < 2:
         for source, destination, buffer_size, size in files:
             # as Arrow's serial copy: the first file that fails ends it (the guard raises)
             if _copy_file(handler, source_fs, source, destination, buffer_size, size, later):
                 break
-        _check_later(handler, source_fs, destination_base, later)
+        _check_later(handler, source_fs, destination_base, later, before)
         return
     batch = None
     if later is None:
@@ -113,7 +116,7 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
     failed = run_bounded(files, lambda file, release: _WatchedCopy(
         handler, source_fs, *file, release, later).start())
     escaped = batch.wait() if batch is not None else []
-    _check_later(handler, source_fs, destination_base, later)
+    _check_later(handler, source_fs, destination_base, later, before)
     if failed or escaped:  # an error that escaped a file's copy (its failures are the guard's)
         raise failed[0][1] if failed else escaped[0]
 
@@ -159,17 +162,29 @@ class _Unchecked:
     elapsed: float  # its first attempt's time (the deadline of its retries counts it)
 
 
+def _listed_before(handler: CopyTarget, base: str) -> dict[str, Listed] | None:
+    """The destination's files before a tree copy (`_check_later` tells the new objects by
+    them); `REFUSED` when they cannot be listed (each file is then proven by itself)."""
+    try:
+        return listed_files(handler.retrier, handler.inner.get_file_info, base)
+    except Exception:  # noqa: BLE001 - unknown before: each file is proven by itself
+        return REFUSED
+
+
 def _check_later(handler: CopyTarget, source_fs: pafs.FileSystem, base: str,
-                 later: list[_Unchecked] | None) -> None:
-    """Every file left unchecked, proven by one listing of ``base`` (each by its own HEAD
-    when the store refuses to list, or for a single file) and reported; one the listing shows
-    missing or short is copied again. A listing that gives up fails every one of them."""
+                 later: list[_Unchecked] | None,
+                 before: dict[str, Listed] | None = REFUSED) -> None:
+    """Every file left unchecked, proven by one listing of ``base`` against the one taken
+    ``before`` the copy (each by its own check when the store refuses to list, for a single
+    file, or for a file listed as it was before: `retryfs.proof`) and reported; one the
+    listing shows missing or short is copied again. A listing that gives up fails every one
+    of them."""
     if not later:
         return
     sizes = None
     if len(later) > 1:
         try:
-            sizes = listed_sizes(handler.retrier, handler.inner.get_file_info, base)
+            sizes = listed_files(handler.retrier, handler.inner.get_file_info, base)
         except Exception as exc:  # noqa: BLE001 - gave up: nothing proven, every file failed
             note_unproven(exc, base, (file.destination for file in later))
             for file in later:
@@ -177,21 +192,27 @@ def _check_later(handler: CopyTarget, source_fs: pafs.FileSystem, base: str,
                 _report(handler, file.destination, exc)
             return
     for file in later:
-        _settle(handler, source_fs, file, sizes)
+        _settle(handler, source_fs, file, sizes, before)
 
 
 def _settle(handler: CopyTarget, source_fs: pafs.FileSystem, file: _Unchecked,
-            sizes: dict[str, int | None] | None) -> None:
-    """One file's check (in the listing's ``sizes``, or by HEAD when None) and its report;
-    a file found missing or short goes on with its retries, as its own check would have."""
+            sizes: dict[str, Listed] | None, before: dict[str, Listed] | None) -> None:
+    """One file's check (in the listing ``sizes``, or by itself when None) and its report; a
+    file found missing or short goes on with its retries, as its own check would have. The
+    listing proves a file only if it was not there ``before`` or is listed otherwise now (a
+    file listed as it was is checked by itself: the same object, or a new one written in the
+    same second)."""
     unverified: list[Exception] = []
-    if sizes is None:
-        missing = proof(handler.retrier.call, handler._landed, file.destination, file.copied,
-                         unverified)
-    elif file.destination in sizes and sizes[file.destination] in (None, file.copied):
+    listed = None if sizes is None else sizes.get(file.destination)
+    if sizes is not None and (listed is None or listed[0] not in (None, file.copied)):
+        missing: CommitNotVisibleError | None = CommitNotVisibleError.copied(
+            file.destination, file.copied)
+    elif listed is not None and before is not None and before.get(file.destination) != listed:
         missing = None
+        handler.proofs.take(file.destination)
     else:
-        missing = CommitNotVisibleError.copied(file.destination, file.copied)
+        missing = proof(handler.retrier.call, handler._landed, file.destination, file.copied,
+                        unverified)
     if missing is None:
         handler.retrier.first_try_succeeded("copy_files")
         _report(handler, file.destination, unverified[0] if unverified else None)
@@ -231,9 +252,9 @@ def _register_in_flight(destination: str, signal: AttemptSignal) -> None:
 def _settle_commits(handler: CopyTarget, destination: str) -> BaseException | None:
     """Wait for the commits still under way at ``destination`` (`retryfs.timeouts.settle`):
     the copy's success is reported after they land, never before (one landing after the call
-    returned would replace whatever is written there next). Bounded by the enclosing
-    operation's deadline, else by a fresh ``deadline`` of the policy; `CommitInFlightError`
-    past it."""
+    returned would replace whatever is written there next). Each is waited for one more of its
+    attempt timeouts at most, within the enclosing operation's deadline, else a fresh
+    ``deadline`` of the policy; `CommitInFlightError` past that."""
     with _in_flight_lock:
         pending = [s for s in _in_flight.pop(destination, []) if not s.ended.is_set()]
     if not pending:
@@ -412,7 +433,7 @@ class _WatchedCopy:
         retrier = handler.retrier
         started = retrier.clock()  # the deadline counts the first attempt too
         context = contextvars.copy_context()  # the retries see this operation's deadline
-        abandoned = AttemptSignal()
+        abandoned = AttemptSignal(seconds)
 
         def expired() -> None:  # on the watchdog's thread
             if abandoned.abandon():  # its commit is under way: success waits for it
@@ -503,7 +524,7 @@ def _upload_attempt(handler: CopyTarget, source_fs: pafs.FileSystem, source: str
     worker, and a stalled one is left behind and becomes a retry that reads the source again;
     the abandoned attempt never commits (it stops at its next read or write and drops its
     stream unclosed), so it cannot land a partial or stale object over the retry's."""
-    abandoned = AttemptSignal()
+    abandoned = AttemptSignal(seconds)
 
     def upload() -> int:
         try:
@@ -530,6 +551,9 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
     writer = handler.writer_for(size)
 
     def write(target: str, beside: bool) -> int:
+        if not beside and handler.verify_writes:  # an object store: prove the new object
+            return _proven_upload(handler, source_fs, source, writer, destination,
+                                  buffer_size, size, abandoned)
         if beside and size is not None and size > buffer_size:
             _arrow_copy_file(source_fs, source, writer, target, buffer_size, False)
             # the bytes written, stat'ed before the rename: not the listed size (the file may
@@ -541,6 +565,30 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
                              empty=handler.empty_at_open(target), listed=size)
 
     return written_whole(writer, destination, write, abandoned)
+
+
+def _proven_upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
+                   writer: pafs.FileSystem, destination: str, buffer_size: int,
+                   size: int | None, abandoned: AttemptSignal) -> int:
+    """`pump_into` an object store, the bytes hashed while few (`retryfs.proof.WriteDigest`)
+    and the destination's state taken once they are many, both left in ``handler.proofs`` for
+    the check after the commit: an older object of the same size never passes for this one."""
+    digest = WriteDigest()
+    before: list[Any] = [UNKNOWN]
+
+    def grown() -> None:
+        try:
+            before[0] = handler.retrier.call("verify", destination, arrow_state, handler.inner,
+                                             destination)
+        except Exception:  # noqa: BLE001 - unknown: the size and the store prove it
+            before[0] = UNKNOWN
+
+    with source_fs.open_input_stream(source) as reader:
+        copied = pump_into(writer, destination, reader, buffer_size, abandoned, False,
+                           empty=handler.empty_at_open(destination), listed=size,
+                           digest=digest, grown=grown)
+    handler.proofs.record(destination, digest, before[0])
+    return copied
 
 
 def written_whole(fs: pafs.FileSystem, destination: str,
@@ -563,14 +611,16 @@ def written_whole(fs: pafs.FileSystem, destination: str,
 
 def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
               abandoned: AttemptSignal, beside: bool, empty: EmptyAtOpen | None = None,
-              listed: int | None = None) -> int:
+              listed: int | None = None, digest: WriteDigest | None = None,
+              grown: Callable[[], None] | None = None) -> int:
     """``reader``'s bytes (and metadata) into a new output stream of ``fs`` at ``target``,
     committed by `_pump`; a temporary file beside is closed on a source failure (and removed
     by `written_whole`), any other stream never closed. A local file beside has no metadata:
     it is not asked for (a lazily opened pyarrow GCS file opens its download in
     ``metadata()`` holding the GIL). ``empty``: the empty blob the open created (pyarrow's
     Azure client), removed when the attempt fails (its open included), if still that one.
-    ``listed``: the file's size in the listing, if known (`_pump`)."""
+    ``listed``: the file's size in the listing, if known (`_pump`); ``digest`` and
+    ``grown``: see `_pump`."""
     metadata = None if beside else (reader.metadata() or None)
     open_output = fs.open_output_stream if empty is None else empty.attempts(
         fs.open_output_stream)
@@ -579,7 +629,8 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
         if empty is not None:
             empty.opened()
         return _pump(reader, writer, buffer_size, abandoned,
-                     drop=discard if beside else abandon_stream, listed=listed)
+                     drop=discard if beside else abandon_stream, listed=listed,
+                     digest=digest, grown=grown)
     except BaseException:
         if empty is not None:
             empty.remove()
@@ -588,7 +639,8 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
 
 def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
           abandoned: AttemptSignal, drop: Callable[[Any], None] = abandon_stream,
-          listed: int | None = None) -> int:
+          listed: int | None = None, digest: WriteDigest | None = None,
+          grown: Callable[[], None] | None = None) -> int:
     """Bytes from ``reader`` into ``writer``, then the commit (its close).
 
     Only a whole copy is committed. When the *source* fails (or the attempt was abandoned),
@@ -604,7 +656,8 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
     chunk (`_buffer_size`). Once more than ``listed`` bytes were read (the file grew since),
     each read asks for twice as much as the last, up to `SUB_READ` (or ``buffer_size``): not
     reads of its old size to the end (of one byte for a file listed empty; on S3 a GET
-    each)."""
+    each). ``digest`` takes every byte sent; ``grown`` is called once, when it passes
+    `retryfs.proof.HASHED` (before the commit)."""
     size = 0
     read_size, most = buffer_size, max(buffer_size, SUB_READ)
     while True:
@@ -625,6 +678,11 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
             discard(writer)
             raise
         size += buffer.size
+        if digest is not None:
+            hashed = not digest.large
+            digest.update(buffer)
+            if hashed and digest.large and grown is not None:
+                grown()
         if listed is not None and size > listed and read_size < most:
             read_size = min(2 * read_size, most)
     try:

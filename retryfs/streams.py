@@ -26,6 +26,7 @@ from .commits import report_commit, watching
 from .config import DEFAULT_SPOOL_MEMORY
 from .engine import Retrier, operation_end
 from .errors import CommitNotVisibleError, InnerFileClosedError
+from .proof import UNKNOWN, WriteDigest
 from .timeouts import AttemptSignal, in_background, run_with_timeout, settle
 
 __all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY", "SUB_READ",
@@ -141,11 +142,12 @@ class ReplayableOutputStream(io.RawIOBase):
         reopen: Callable[[], _Writable],
         retrier: Retrier,
         *,
-        verify: Callable[[str, int], bool] | None = None,
+        verify: Callable[..., bool] | None = None,
         on_commit: Callable[[str, BaseException | None], None] | None = None,
         spool_memory: int = DEFAULT_SPOOL_MEMORY,
         attempt_timeout: AttemptTimeout | None = None,
         on_give_up: Callable[[], Any] | None = None,
+        state_of: Callable[[str], Any] | None = None,
     ) -> None:
         super().__init__()
         self.path = path
@@ -164,6 +166,12 @@ class ReplayableOutputStream(io.RawIOBase):
         self._lock = threading.Lock()
         self._watchers = watching()  # the copy_files calls running now hear of its commit
         self._in_flight: list[AttemptSignal] = []  # abandoned close attempts mid-commit
+        # what proves the commit (`retryfs.proof`): the bytes' MD5 while they are few, else
+        # the destination's state before the commit (``state_of``, taken once, when it grows
+        # past `retryfs.proof.HASHED`)
+        self._digest = WriteDigest() if verify is not None else None
+        self._state_of = state_of
+        self._before: Any = UNKNOWN
 
     # -- io.RawIOBase ------------------------------------------------------------------------
     def writable(self) -> bool:
@@ -184,6 +192,7 @@ class ReplayableOutputStream(io.RawIOBase):
                 self._spool.seek(0, io.SEEK_END)
                 self._spool.write(view)
             self._size += len(view)
+            self._note(view)
             self._guarded("write", lambda sink: self._write_through(sink, view), len(view))
         return len(view)
 
@@ -231,6 +240,21 @@ class ReplayableOutputStream(io.RawIOBase):
             raise OSError(f"retryfs output stream for {self.path!r} failed earlier; "
                           "it cannot be written to")
 
+    def _note(self, view: memoryview) -> None:
+        """The write's bytes into its digest; past `HASHED`, the destination's state before
+        the commit (a retried metadata call; unknown if it gives up)."""
+        digest = self._digest
+        if digest is None:
+            return
+        hashed = not digest.large
+        digest.update(view)
+        if hashed and digest.large and self._state_of is not None:
+            try:
+                self._before = self._retrier.call("verify", self.path, self._state_of,
+                                                  self.path)
+            except Exception:  # noqa: BLE001 - unknown: the size and the store prove it
+                self._before = UNKNOWN
+
     def _write_through(self, sink: _Sink, view: memoryview) -> None:
         if sink.replayed == self._size:  # this attempt's replay wrote these bytes already
             return
@@ -245,13 +269,15 @@ class ReplayableOutputStream(io.RawIOBase):
         # the object, so it never sends the object again. Only a proven missing or short
         # object fails this commit attempt, and the close loop commits it again.
         try:
-            landed = self._retrier.call("verify", self.path, self._verify, self.path, self._size)
+            landed = self._retrier.call("verify", self.path, self._verify, self.path, self._size,
+                                        self._digest, self._before)
         except Exception as exc:  # noqa: BLE001 - raised by close(), after the close loop
             self._unverified = exc
             return
         if not landed:
             raise CommitNotVisibleError(
-                f"{self.path!r} was committed but does not hold the {self._size} bytes written")
+                f"{self.path!r} was committed but does not hold the {self._size} bytes written "
+                "(missing, another size, or the object that was there before)")
 
     def _settle(self, started: float) -> None:
         """Before a close reports success: wait for the close attempts abandoned in the middle
@@ -272,7 +298,7 @@ class ReplayableOutputStream(io.RawIOBase):
             ran, abandoned = [], []
             # a close that is abandoned before its commit never commits (it may have been
             # replaying); one abandoned during its commit is waited for before success
-            signal = AttemptSignal() if operation == "close" else None
+            signal = None  # set below for a timed close
 
             def work() -> None:
                 ran.append(True)
@@ -298,6 +324,8 @@ class ReplayableOutputStream(io.RawIOBase):
                 replaying = box[0] is None or box[0].closed
                 seconds = self._attempt_timeout(operation,
                                                 self._size if replaying else in_flight)
+            if operation == "close" and seconds is not None:
+                signal = AttemptSignal(seconds)
             try:
                 if seconds is None:
                     work()

@@ -227,10 +227,11 @@ class AttemptSignal(threading.Event):
     in it), one abandoned during its commit has a request on its way that may still land. The
     call that abandoned it `settle`s such attempts before it reports success."""
 
-    def __init__(self) -> None:
+    def __init__(self, seconds: float | None = None) -> None:
         super().__init__()
         self._decide = threading.Lock()
         self.committing = False
+        self.seconds = seconds  # the attempt's own timeout: how long its commit is waited for
         self.ended = threading.Event()  # set by the attempt when it returns or raises
 
     def start_commit(self) -> None:
@@ -253,11 +254,13 @@ def settle(in_flight: list[AttemptSignal], path: str, end: float | None,
     """Wait until each abandoned attempt whose commit was under way has ended (its outcome
     does not matter: it sent the same bytes as the retry that succeeded). A call must not
     report success while one of its own commit requests may still land, after it returned,
-    over a later write. Bounded by ``end`` (on ``clock``; ``None``: until they end, which the
-    client's own request timeout bounds): past it, `CommitInFlightError`."""
+    over a later write. Each is waited for one more of its own attempt timeouts at most, and
+    never past ``end`` (on ``clock``; ``None``: no deadline): then `CommitInFlightError`."""
     for signal in in_flight:
-        timeout = None if end is None else max(0.0, end - clock())
-        if not signal.ended.wait(timeout):
+        limit = None if end is None else max(0.0, end - clock())
+        if signal.seconds is not None:
+            limit = signal.seconds if limit is None else min(limit, signal.seconds)
+        if not signal.ended.wait(limit):
             raise CommitInFlightError(path)
 
 

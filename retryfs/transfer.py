@@ -60,6 +60,7 @@ from .engine import Retrier
 from .locations import check_location, check_path, temporary_beside
 from .native_copy import join_abstract
 from .policy import RetryPolicy
+from .proof import UNKNOWN, WriteDigest, arrow_state, fsspec_state, is_new
 from .redact import redact, redact_and_truncate
 from .stats import RetryEvent
 from .streams import abandon_stream, discard
@@ -278,7 +279,7 @@ class _Copier:
                 item.status = "planned"
                 self._report(item, advance=item.size)
                 return
-            self._upload(item)
+            self._upload(item, there)
             item.status, item.checked = "copied", "sha256" if self.verify == "hash" else "size"
             self._report(item)
         except _Cancelled:
@@ -289,7 +290,7 @@ class _Copier:
             log.error("retryfs: copy of %r failed: %s", item.path, item.reason)
             self._report(item)
 
-    def _upload(self, item: FileCopy) -> None:
+    def _upload(self, item: FileCopy, there: pafs.FileInfo | None) -> None:
         sent = 0
 
         def attempt() -> None:
@@ -299,16 +300,23 @@ class _Copier:
                 sent = 0
             item.attempts += 1
             digest = hashlib.sha256() if self.verify == "hash" else None
+            md5 = WriteDigest()
+            before: list[Any] = [UNKNOWN]
 
             def on_chunk(data: Any) -> None:
                 nonlocal sent
                 if digest is not None:
                     digest.update(data)
+                hashed = not md5.large
+                md5.update(data)
+                if hashed and md5.large and not self.dst_local:  # before its commit
+                    before[0] = self._state(item.destination)
                 sent += len(data)
                 self._report(advance=len(data))
 
             written = self._stream(item, on_chunk)
             self._check(item, written, digest.hexdigest() if digest is not None else None)
+            self._check_new(item, written, md5, there, before[0])
 
         self.unit.call("copy", item.destination, attempt)
 
@@ -391,6 +399,42 @@ class _Copier:
         except Exception as exc:  # noqa: BLE001 - the copy's own error is the one raised
             log.warning("retryfs: could not remove the temporary file %r: %s", redact(path),
                         redact_and_truncate(f"{type(exc).__name__}: {exc}", 300))
+
+    def _state(self, path: str) -> Any:
+        """``path``'s state on the destination (`retryfs.proof.ObjectState`, ``None``: no
+        object), by one retried metadata call."""
+        if self.dst_fsspec:
+            def state() -> Any:
+                try:
+                    return fsspec_state(self.dst_original.info(path))
+                except FileNotFoundError:
+                    return None
+            return _final(state)
+        return _final(arrow_state, self.dst_inner, path)
+
+    def _check_new(self, item: FileCopy, written: int, md5: WriteDigest,
+                   there: pafs.FileInfo | None, before: Any) -> None:
+        """On an object store: the object is the new one (`retryfs.proof`), not an older one of
+        the same size whose replacement was acknowledged and lost. ``there`` is what the plan
+        listed at the destination before the copy (``None``: nothing); ``before``, for a large
+        file, its state taken before the commit."""
+        if self.dst_local:
+            return  # written beside and renamed: in place or nowhere
+        info = _final(self.dst.get_file_info, item.destination)
+        if there is None or there.type != pafs.FileType.File or (
+                there.size, there.mtime_ns) != (info.size, info.mtime_ns):
+            return  # a new object: absent before, or listed otherwise now
+
+        def read_back() -> str:
+            whole = hashlib.md5(usedforsecurity=False)
+            _final(read_all, self.dst, item.destination, whole.update)
+            return whole.hexdigest()
+
+        after = self._state(item.destination)
+        if not is_new(after, written, md5, before, read_back) or (
+                md5.large and before is UNKNOWN):
+            raise VerificationError(f"{item.destination!r} still holds the object that was "
+                                    "there before (the commit was acknowledged, not stored)")
 
     def _check(self, item: FileCopy, written: int, sha256: str | None) -> None:
         """The object landed and holds what was read: else a (retried) VerificationError."""

@@ -23,18 +23,22 @@ from .engine import Retrier
 from .errors import CommitNotVisibleError
 from .redact import redact
 
-__all__ = ["REFUSED", "listed_sizes", "note_unproven", "proof"]
+__all__ = ["REFUSED", "Listed", "listed_files", "note_unproven", "proof"]
 
-#: `listed_sizes`' answer when the store refused to list: check each file by itself.
+#: `listed_files`' answer when the store refused to list: check each file by itself.
 REFUSED: Final = None
 
+#: A listed file: its size and modification time (``None`` where the store gives none).
+Listed = tuple["int | None", "int | None"]
 
-def listed_sizes(retrier: Retrier, list_files: Callable[[pafs.FileSelector], Any],
-                 base: str) -> dict[str, int | None] | None:
-    """``{path: size}`` of every file under ``base``, by one retried recursive listing
-    (``list_files`` is the inner filesystem's ``get_file_info``); `REFUSED` when the store
-    refused it (a permanent error, after one attempt). A listing that gave up (transient
-    errors past the policy) raises its error: nothing is proven then."""
+
+def listed_files(retrier: Retrier, list_files: Callable[[pafs.FileSelector], Any],
+                 base: str) -> dict[str, Listed] | None:
+    """``{path: (size, mtime_ns)}`` of every file under ``base``, by one retried recursive
+    listing (``list_files`` is the inner filesystem's ``get_file_info``); `REFUSED` when the
+    store refused it (a permanent error, after one attempt). A listing that gave up (transient
+    errors past the policy) raises its error: nothing is proven then. Taken before a tree copy
+    and after it, a file absent before, or listed otherwise after, is a new object."""
     selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
     try:
         infos = retrier.call("verify", base, list_files, selector)
@@ -42,7 +46,8 @@ def listed_sizes(retrier: Retrier, list_files: Callable[[pafs.FileSelector], Any
         if retrier.classifier.classify(exc) is Decision.FAIL:
             return REFUSED  # refused, not unknown: each file's HEAD still can prove it
         raise
-    return {info.path: info.size for info in infos if info.type == pafs.FileType.File}
+    return {info.path: (info.size, info.mtime_ns) for info in infos
+            if info.type == pafs.FileType.File}
 
 
 def note_unproven(error: BaseException, base: str, paths: Iterable[str]) -> None:

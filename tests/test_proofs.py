@@ -376,10 +376,11 @@ def test_a_call_returns_only_once_its_abandoned_commit_has_landed(how, tmp_path,
                                                                   s3_fault_endpoint,
                                                                   s3_fault_bucket):
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
-    fs = retryfs.RetryingFileSystem(ep.pyarrow_fs(), FAST, write_timeout=0.3, budget=False)
-    # the first commit of k is served 2.5 s late: its attempt is abandoned at 0.3 s and the
-    # retry commits; the late one still lands (its body is with the server)
-    ep.add_fault(S3Fault.delay(2.5, op=("PutObject", "CompleteMultipartUpload"),
+    fs = retryfs.RetryingFileSystem(ep.pyarrow_fs(), FAST, write_timeout=1.0, budget=False)
+    # the first commit of k is served 1.6 s late: its attempt is abandoned at 1 s and the
+    # retry commits; the late one still lands (its body is with the server), within one more
+    # attempt timeout: the call waits for it, then reports success
+    ep.add_fault(S3Fault.delay(1.6, op=("PutObject", "CompleteMultipartUpload"),
                                path=f"{bucket}/k", times=1))
     _write_through(how, fs, tmp_path, bucket)
     assert len(ep.injected) == 1 and fs.stats.snapshot()["retries"] >= 1
@@ -390,15 +391,91 @@ def test_a_call_returns_only_once_its_abandoned_commit_has_landed(how, tmp_path,
     assert ep.get_object(bucket, "k") == b"v2" * 100
 
 
-def test_a_commit_still_under_way_at_the_deadline_is_an_error_not_a_success(
-        tmp_path, s3_fault_endpoint, s3_fault_bucket):
+@pytest.mark.parametrize("how", ["stream", "copy_files", "copy_files_threaded"])
+@pytest.mark.parametrize("deadline", [None, 1.0], ids=["no_deadline", "deadline"])
+def test_a_commit_still_under_way_later_is_an_error_not_a_success(
+        how, deadline, tmp_path, s3_fault_endpoint, s3_fault_bucket):
     from retryfs.errors import CommitInFlightError
 
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
-    policy = retryfs.RetryPolicy(max_attempts=4, initial_delay=0.001, jitter=False, deadline=1.0)
+    policy = retryfs.RetryPolicy(max_attempts=4, initial_delay=0.001, jitter=False,
+                                 deadline=deadline)
     fs = retryfs.RetryingFileSystem(ep.pyarrow_fs(), policy, write_timeout=0.3, budget=False)
+    # served 4 s late: past the deadline, and past one more attempt timeout (0.3 s)
     ep.add_fault(S3Fault.delay(4.0, op=("PutObject", "CompleteMultipartUpload"),
                                path=f"{bucket}/k", times=1))
-    with pytest.raises(CommitInFlightError, match="still under way"):
-        _write_through("stream", fs, tmp_path, bucket)
-    ep.release_stalls()
+    try:
+        with pytest.raises(CommitInFlightError, match="still under way"):
+            _write_through(how, fs, tmp_path, bucket)
+    finally:
+        ep.release_stalls()
+    assert f"{bucket}/k" in fs.failed_commits()
+
+
+# -- a commit acknowledged and never stored, over an older object of the same size ---------------
+
+def _lost_once(ep, bucket, key):
+    return ep.add_fault(S3Fault.lost(op=("PutObject", "CompleteMultipartUpload"),
+                                     path=f"{bucket}/{key}", times=1))
+
+
+def _write_new(how, ep, bucket, tmp_path, new):
+    """Write ``new`` at ``ckpt/k`` (and ``ckpt/x`` beside it for the trees) by ``how``."""
+    fs = retryfs.RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k").write_bytes(new)
+    (src / "x").write_bytes(new)
+    if how == "stream":
+        with fs.open_output_stream(f"{bucket}/ckpt/k") as f:
+            f.write(new)
+    elif how == "copy_files_one":
+        pafs.copy_files(str(src / "k"), f"{bucket}/ckpt/k", destination_filesystem=fs)
+    elif how in ("copy_files_tree", "copy_files_tree_threaded"):
+        pafs.copy_files(str(src), f"{bucket}/ckpt", destination_filesystem=fs,
+                        use_threads=how.endswith("threaded"))
+    elif how == "fsspec":
+        from retryfs.fsspec import RetryFileSystem
+
+        fs = RetryFileSystem(fs=ep.s3fs(), policy=FAST, budget=False)
+        with fs.open(f"{bucket}/ckpt/k", "wb") as f:
+            f.write(new)
+    elif how == "retryfs_copy":
+        fs = retryfs.RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False)
+        retryfs.copy(str(src), (fs, f"{bucket}/ckpt"), recursive=True, resume=False,
+                     policy=FAST)
+        return
+    return fs
+
+
+HOWS = ["stream", "copy_files_one", "copy_files_tree", "copy_files_tree_threaded", "fsspec",
+        "retryfs_copy"]
+
+
+@pytest.mark.parametrize("size", [300, 12 << 20], ids=["small", "large"])
+@pytest.mark.parametrize("how", HOWS)
+def test_an_acknowledged_commit_that_stored_nothing_is_not_a_success(
+        how, size, tmp_path, s3_fault_endpoint, s3_fault_bucket):
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    old, new = b"o" * size, b"n" * size  # the previous checkpoint: same name, same size
+    for key in ("ckpt/k", "ckpt/x"):
+        ep.put_object(bucket, key, old)
+    lost = _lost_once(ep, bucket, "ckpt/k")
+    _write_new(how, ep, bucket, tmp_path, new)
+    assert ep.fired(lost) == 1
+    assert ep.get_object(bucket, "ckpt/k") == new  # committed again, and proven
+    if how.startswith("copy_files_tree") or how == "retryfs_copy":
+        assert ep.get_object(bucket, "ckpt/x") == new
+
+
+def test_the_lost_fault_keeps_the_older_object_as_it_was(s3_fault_endpoint, s3_fault_bucket):
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    fs = ep.pyarrow_fs()
+    ep.put_object(bucket, "k", b"old")
+    before = fs.get_file_info(f"{bucket}/k")
+    ep.add_fault(S3Fault.lost(op=("PutObject", "CompleteMultipartUpload"), times=1))
+    with fs.open_output_stream(f"{bucket}/k") as f:  # unwrapped: the loss goes unseen
+        f.write(b"new")
+    after = fs.get_file_info(f"{bucket}/k")
+    assert ep.get_object(bucket, "k") == b"old"
+    assert (after.size, after.mtime) == (before.size, before.mtime)

@@ -420,7 +420,9 @@ class Verify:
         self.store, self.errors = store, list(errors)
         self.asked: list[tuple[str, int]] = []
 
-    def __call__(self, path: str, size: int) -> bool:
+    def __call__(self, path: str, size: int, digest: object = None,
+                 before: object = None) -> bool:
+        # (the stream hands its digest and the earlier state too: `retryfs.proof`)
         self.asked.append((path, size))
         if self.errors:
             raise self.errors.pop(0)

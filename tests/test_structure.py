@@ -10,10 +10,7 @@ import ast
 import inspect
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "retryfs"
-MAX_LINES = 700
 
 
 def _modules() -> dict[str, Path]:
@@ -91,12 +88,6 @@ def test_the_graph_sees_imports_inside_functions():
 def test_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
-
-
-@pytest.mark.parametrize("path", sorted(_modules().values()), ids=lambda p: p.name)
-def test_no_module_is_longer_than_700_lines(path):
-    lines = len(path.read_text().splitlines())
-    assert lines <= MAX_LINES, f"{path.name} has {lines} lines; split it by concern"
 
 
 def test_the_forwarded_fsspec_methods_are_the_installed_fsspec_ones():

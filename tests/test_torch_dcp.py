@@ -55,6 +55,10 @@ def _load(endpoint, url):
     return loaded, Counter(record.op for record in endpoint.requests())
 
 
+#: The requests that change the store.
+WRITES = frozenset({"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload",
+                    "AbortMultipartUpload", "CopyObject", "DeleteObjects", "DeleteObject"})
+
 #: name -> (fault, the requests of other kinds each firing adds besides the one re-sent)
 SAVE_FAULTS = {
     "put_object_503": (S3Fault.slow_down(op="PutObject", times=2), {}),
@@ -91,7 +95,11 @@ def test_a_dcp_save_on_a_retry_url_costs_its_faults_and_nothing_else(
     expected[op] += fired
     for kind, count in extra.items():
         expected[kind] += count * fired
-    assert faulted == expected, (clean, faulted)
+    # the requests that change the store, exactly (the checks after each commit read: a HEAD,
+    # and a read-back where a 2-part ETag cannot be compared with the bytes' MD5)
+    assert {k: v for k, v in faulted.items() if k in WRITES} == \
+        {k: v for k, v in expected.items() if k in WRITES}, (clean, faulted)
+    assert faulted["GetObject"] <= clean["GetObject"] + 2 * fired, (clean, faulted)
     s3_fault_endpoint.clear_faults()
     loaded, _ = _load(s3_fault_endpoint, url)
     assert all(torch.equal(loaded[k], v) for k, v in _state().items())

@@ -56,6 +56,9 @@ def test_a_stalled_upload_becomes_a_retry(op: str, size: int, delayed_open: bool
     stall = ep.add_fault(S3Fault.stall(STALL, op=op, path=f"{bucket}/obj", times=1))
     fs = RetryingFileSystem(ep.pyarrow_fs(allow_delayed_open=delayed_open), POLICY,
                             budget=False, **FAST)
+    # a stalled commit may still land: the call reports success only once it has ended; the
+    # stall ends (a reset) when the retry begins, as a server's would some time later
+    fs.stats.on_retry(lambda event: ep.release_stalls())
     elapsed = upload(fs, f"{bucket}/obj", data)
     ep.release_stalls()  # the abandoned attempt ends now (with a reset), not in 10 s
     assert hashlib.sha256(ep.get_object(bucket, "obj")).digest() == hashlib.sha256(data).digest()
@@ -132,6 +135,7 @@ def test_copy_files_onto_retryfs_times_out_a_stalled_upload(
     stall = ep.add_fault(S3Fault.stall(STALL, op=op, path=f"{bucket}/ckpt/model.pt", times=1))
     fs = RetryingFileSystem(ep.pyarrow_fs(allow_delayed_open=op == "PutObject"), POLICY,
                             budget=False, **FAST)
+    fs.stats.on_retry(lambda event: ep.release_stalls())  # the stalled commit ends (a reset)
     started = time.monotonic()
     pafs.copy_files(str(tmp_path), f"{bucket}/ckpt", source_filesystem=pafs.LocalFileSystem(),
                     destination_filesystem=fs, use_threads=True)
@@ -163,10 +167,11 @@ def test_the_fsspec_face_times_out_a_stalled_upload(op: str, size: int,
     data = random.Random(size).randbytes(size)
     stall = ep.add_fault(S3Fault.stall(STALL, op=op, path=f"{bucket}/obj", times=1))
     # a stalled commit (PutObject, CompleteMultipartUpload) may still land: the close returns
-    # once its abandoned attempt has ended, which the client's own read timeout bounds
-    client = ep.s3fs(config_kwargs={"read_timeout": 2})
+    # once its abandoned attempt has ended
+    client = ep.s3fs()
     fs = fsspec.filesystem("retry", fs=client, skip_instance_cache=True, policy=POLICY,
                            budget=False, **FAST)
+    fs.stats.on_retry(lambda event: ep.release_stalls())  # the stalled commit ends (a reset)
     started = time.monotonic()
     with fs.open(f"{bucket}/obj", "wb", block_size=5 * MiB) as out:
         for start in range(0, len(data), MiB):
@@ -279,3 +284,23 @@ def test_a_destination_that_may_stall_keeps_its_timed_writes(tmp_path, monkeypat
         out.write(data)
     assert (tmp_path / "small.bin").read_bytes() == data
     assert hopped == ["write", "close"]
+
+
+def test_a_commit_still_stalled_after_another_attempt_timeout_is_an_error(
+        s3_fault_endpoint: S3FaultEndpoint, s3_fault_bucket: str) -> None:
+    """The retry's commit landed, but the stalled one may land after it, at any time: the call
+    does not report success; after one more attempt timeout it raises CommitInFlightError."""
+    from retryfs.errors import CommitInFlightError
+
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    stall = ep.add_fault(S3Fault.stall(STALL, op="PutObject", path=f"{bucket}/obj", times=1))
+    fs = RetryingFileSystem(ep.pyarrow_fs(allow_delayed_open=True), POLICY, budget=False,
+                            **FAST)
+    try:
+        with pytest.raises(CommitInFlightError, match="still under way"):
+            upload(fs, f"{bucket}/obj", b"x" * 1000)
+        elapsed_ok = fs.stats.snapshot()["timeouts"] == 1
+    finally:
+        ep.release_stalls()
+    assert ep.fired(stall) == 1 and elapsed_ok
+    assert f"{bucket}/obj" in fs.failed_commits()

@@ -447,6 +447,8 @@ class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
         fault = self._choose(request)
         kind = fault.kind if fault is not None else None
 
+        if fault is not None and kind == "lost":
+            return self._lose(request, fault, body, environ, start_response)
         if fault is None or fault.applied or kind in ("truncate", "delay"):
             if kind == "delay":
                 self._stopping.wait(min(fault.seconds, self.max_stall))  # type: ignore[union-attr]
@@ -483,6 +485,26 @@ class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
         assert self._server is not None
         self._server.abort(environ["werkzeug.socket"])
         raise _Drop(f"fault: {fault!r}")
+
+    def _lose(self, request: S3Request, fault: S3Fault, body: _CountingInput,
+              environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        """Serve the request, answer moto's real response, then put the key back as it was."""
+        store = self._backend.get_bucket(request.bucket).keys
+        old = store.get(request.key) if request.key in store else None
+        # moto disposes of an overwritten key's buffer: keep its bytes and metadata now
+        before = None if old is None else (bytes(old.value), old.etag.strip('"'),
+                                           old.last_modified)
+        status, headers, payload = self._call_moto(environ)
+        if before is None:
+            if request.key in store:
+                del store[request.key]
+        else:
+            value, etag, modified = before
+            restored = self._backend.put_object(request.bucket, request.key, value)
+            restored._etag, restored.last_modified = etag, modified  # the older object
+        self._log(request, fault, body, status, len(payload))
+        start_response(_status_line(status), headers)
+        return [payload]
 
     def _choose(self, request: S3Request) -> S3Fault | None:
         with self._lock:

@@ -13,7 +13,7 @@ from ._match import FaultRule
 
 __all__ = ["OPERATIONS", "FaultKind", "RequestRecord", "S3Fault", "S3Request", "operation_name"]
 
-FaultKind = Literal["error", "error_in_200", "reset", "truncate", "stall", "delay"]
+FaultKind = Literal["error", "error_in_200", "reset", "truncate", "stall", "delay", "lost"]
 _KINDS = frozenset(FaultKind.__args__)  # type: ignore[attr-defined]
 
 #: Operations `operation_name` derives; an `S3Fault(op=...)` outside this set (and outside the
@@ -203,6 +203,14 @@ class S3Fault(FaultRule):
     def no_such_key(cls, **match: Any) -> S3Fault:
         """404 NoSuchKey: permanent."""
         return cls.error(404, "NoSuchKey", **match)
+
+    @classmethod
+    def lost(cls, **match: Any) -> S3Fault:
+        """A write acknowledged and never stored: moto serves the request (the client gets its
+        real ``200 OK``, ETag included), then the key is put back as it was, the older object
+        with its own size, ETag and modification time, or nothing. What a store that loses an
+        acknowledged write looks like; "success" over it is the stale-object case."""
+        return cls("lost", status=200, **match)
 
     @classmethod
     def error_in_200(cls, code: str = "InternalError", message: str = "", **match: Any) -> S3Fault:

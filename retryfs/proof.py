@@ -1,0 +1,212 @@
+"""What proves that a write landed: the object there after the commit is the one this call wrote.
+
+A size check alone passes over a stale object: a commit answered ``200 OK`` that stored nothing,
+over an older object of the same size (a checkpoint re-uploaded over the previous one: model
+shapes do not change), leaves the older bytes in place, and a same-size check calls that a
+success. The proof used here, cheapest first:
+
+1. **The object changed since before the write.** When the destination's state before the write
+   is known (nothing there; or its size, modification time and ETag), an object whose state
+   differs is the new one. It is taken where it costs little: once per tree copy (one listing
+   before, one after), and for an object larger than `HASHED` (one metadata call while it is
+   being uploaded, before its commit can replace anything).
+2. **Its content is the bytes written.** For a write of at most `HASHED` bytes, retryfs keeps
+   their MD5 as they go (`WriteDigest`). An S3 ETag that is that MD5 (a single-part upload) or
+   its one-part multipart form (``md5(md5)-1``), or a GCS ``md5Hash``, proves the content; any
+   other S3 ETag (an older object; or SSE-KMS, several parts) is settled by reading the object
+   back (at most `HASHED` bytes) and hashing it.
+3. Where neither is known (a store with neither an S3 ETag nor an MD5, such as Azure or a
+   local disk; a large object whose earlier state could not be read): the size, as before.
+
+A state unchanged since before the write, or content that is not the bytes written, is a
+`retryfs.errors.CommitNotVisibleError` (transient: the write is committed again).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow.fs as pafs
+
+__all__ = ["HASHED", "UNKNOWN", "ObjectState", "Proofs", "WriteDigest", "arrow_state",
+           "fsspec_state", "is_new", "read_md5"]
+
+#: The bytes of a write hashed (MD5) to prove its content; beyond, the proof is the change of
+#: the destination since before the write.
+HASHED: Final = 8 * 1024 * 1024  # below pyarrow's part size: one part, an ETag to compare
+
+
+#: An S3 ETag: an MD5 in hex, with ``-<parts>`` for a multipart upload (Azure's, GCS's differ).
+_S3_ETAG = re.compile(r"[0-9a-f]{32}(-[0-9]+)?")
+
+
+class _Unknown:
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+#: The destination's state before the write was not taken.
+UNKNOWN: Final = _Unknown()
+
+
+@dataclass(frozen=True)
+class ObjectState:
+    """An object as a metadata call shows it (``None`` for "no object there")."""
+
+    size: int | None
+    modified: Any = None  # as the store gives it (compared only with its own kind)
+    etag: str | None = None  # without quotes, lower case
+    md5: str | None = None  # the store's own MD5 of the content (hex), where it gives one
+
+
+class WriteDigest:
+    """The MD5 of a write's bytes while they stay within `HASHED` bytes."""
+
+    __slots__ = ("_md5", "size")
+
+    def __init__(self) -> None:
+        self._md5: Any = hashlib.md5(usedforsecurity=False)
+        self.size = 0
+
+    def update(self, data: Any) -> None:
+        size = len(data) if not hasattr(data, "nbytes") else data.nbytes
+        if self._md5 is not None:
+            if self.size + size > HASHED:
+                self._md5 = None
+            else:
+                self._md5.update(data)
+        self.size += size
+
+    @property
+    def large(self) -> bool:
+        """Past `HASHED`: its content is not hashed."""
+        return self._md5 is None
+
+    @property
+    def hexdigest(self) -> str | None:
+        return None if self._md5 is None else str(self._md5.hexdigest())
+
+    def etags(self) -> frozenset[str]:
+        """The S3 ETags of these bytes uploaded whole: one PUT, or a multipart upload of one
+        part."""
+        whole = self.hexdigest
+        if whole is None:
+            return frozenset()
+        one_part = hashlib.md5(bytes.fromhex(whole), usedforsecurity=False).hexdigest()
+        return frozenset({whole, f"{one_part}-1"})
+
+
+def changed(after: ObjectState, before: ObjectState) -> bool:
+    return (after.size != before.size or after.modified != before.modified
+            or after.etag != before.etag)
+
+
+def is_new(after: ObjectState | None, size: int, digest: WriteDigest | None, before: Any,
+           read_back: Callable[[], str]) -> bool:
+    """Whether ``after`` (the destination now) proves a write of ``size`` bytes landed.
+
+    ``before``: the destination's state before the write (`ObjectState`, ``None`` for nothing
+    there, or `UNKNOWN`); ``digest``: the write's `WriteDigest` (``None``: not hashed);
+    ``read_back``: the MD5 of the object's content now (a read; its error is raised).
+    """
+    if after is None or (after.size is not None and after.size != size):
+        return False
+    if before is None:
+        return True  # nothing was there: what is there now came after the write began
+    if isinstance(before, ObjectState) and changed(after, before):
+        return True
+    whole = None if digest is None else digest.hexdigest
+    if whole is not None:
+        if after.md5 is not None:
+            return after.md5 == whole
+        if _S3_ETAG.fullmatch(after.etag or ""):
+            if after.etag in digest.etags():  # type: ignore[union-attr]
+                return True
+            # another S3 ETag: another object, or these bytes as several parts or encrypted
+            # with KMS (an ETag that is no MD5): the content decides
+            return read_back() == whole
+    return before is UNKNOWN  # nothing to compare with (no ETag, no MD5): the size alone
+
+
+def _etag(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    return text.strip().strip('"').lower() or None
+
+
+def _s3_of(fs: pafs.FileSystem) -> bool:
+    while isinstance(fs, pafs.SubTreeFileSystem):
+        fs = fs.base_fs
+    return isinstance(fs, pafs.S3FileSystem)
+
+
+def arrow_state(fs: pafs.FileSystem, path: str) -> ObjectState | None:
+    """``path`` on a pyarrow filesystem: S3 by one HeadObject (size, Last-Modified, ETag), any
+    other by ``get_file_info``; ``None`` when there is no file there."""
+    if _s3_of(fs):
+        try:
+            stream = fs.open_input_stream(path)
+        except FileNotFoundError:
+            return None
+        with stream:
+            meta = stream.metadata()
+        info = fs.get_file_info(path) if b"Content-Length" not in meta and \
+            "Content-Length" not in meta else None
+        length = meta.get(b"Content-Length") or meta.get("Content-Length")
+        modified = meta.get(b"Last-Modified") or meta.get("Last-Modified")
+        size = int(length) if length is not None else (info.size if info else None)
+        return ObjectState(size, modified, _etag(meta.get(b"ETag") or meta.get("ETag")))
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        return None
+    return ObjectState(info.size, info.mtime_ns)
+
+
+def fsspec_state(info: Mapping[str, Any]) -> ObjectState | None:
+    """An fsspec ``info()`` entry as an `ObjectState` (s3fs: ETag and LastModified; gcsfs: its
+    ``md5Hash``; adlfs, local: size and modification time)."""
+    if info.get("type") not in (None, "file"):
+        return None
+    size = info.get("size")
+    modified = next((info[k] for k in ("LastModified", "mtime", "last_modified", "updated")
+                     if info.get(k) is not None), None)
+    md5 = info.get("md5Hash")
+    if isinstance(md5, str):
+        try:
+            md5 = base64.b64decode(md5).hex()
+        except ValueError:
+            md5 = None
+    return ObjectState(None if size is None else int(size), modified,
+                       _etag(info.get("ETag") or info.get("etag")),
+                       md5 if isinstance(md5, str) else None)
+
+
+def read_md5(read: Callable[[], Any]) -> str:
+    """The MD5 of what ``read()`` returns (a whole object of at most `HASHED` bytes). A read
+    that fails raises: the check it is part of is retried, and proves nothing if it gives up."""
+    return hashlib.md5(read(), usedforsecurity=False).hexdigest()
+
+
+class Proofs:
+    """What a handler knows of its recent writes, by path, until their check takes it: the
+    write's `WriteDigest` and the destination's state before it (the copy data path records
+    them where it writes; the check after the commit reads them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple[WriteDigest | None, Any]] = {}
+
+    def record(self, path: str, digest: WriteDigest | None, before: Any = UNKNOWN) -> None:
+        with self._lock:
+            self._known[path] = (digest, before)
+
+    def take(self, path: str) -> tuple[WriteDigest | None, Any]:
+        with self._lock:
+            return self._known.pop(path, (None, UNKNOWN))
