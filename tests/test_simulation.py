@@ -380,6 +380,70 @@ class Simulation(RuleBasedStateMachine):
                   lambda: sorted(self.fsspec.find(path, withdirs=True)),
                   lambda: sorted(self.ref_fsspec.find(path, withdirs=True)))
 
+    # -- rules: a third party acting between a failed attempt and its retry ---------------------
+    def beside_a_third_party(self, name: str, operation: str, path: str,
+                             action: Callable[[pafs.FileSystem], None],
+                             real: Callable[[], Any], ref: Callable[[], Any]) -> None:
+        """``real`` whose first ``operation`` attempt on ``path`` fails (a network error); while
+        it waits, a third party does ``action`` on the store. The reference sees the same action
+        first, when it happened: a success must still mean the store holds what the reference
+        makes of it, and an error the reference's."""
+        fault = self.faulty.inject(operation, errors.network(), path=path, times=1,
+                                   then=lambda: action(self.store))
+
+        def reference() -> Any:
+            if fault.fired:
+                FIGURES[f"third party: {name}"] += 1
+                action(self.reference)
+            return ref()
+
+        self.step(name, [], real, reference)
+
+    @rule(src=st.sampled_from(PATHS), dst=st.sampled_from(PATHS), face=st.sampled_from(
+        ["pyarrow", "fsspec"]), act=st.sampled_from(["delete the source", "write the dest",
+                                                     "delete the source beside an older copy"]),
+        data=PAYLOADS)
+    def move_beside_a_third_party(self, src: str, dst: str, face: str, act: str,
+                                  data: bytes) -> None:
+        found = self.store.get_file_info(src)
+        if act.endswith("older copy") and found.type == pafs.FileType.File and src != dst:
+            # before the call, the destination holds an older object of the source's size
+            for fs in (self.store, self.reference):
+                with fs.open_output_stream(dst) as out:
+                    out.write(b"o" * (found.size or 0))
+
+        def action(fs: pafs.FileSystem) -> None:
+            if act.startswith("delete the source"):
+                if fs.get_file_info(src).type == pafs.FileType.File:
+                    fs.delete_file(src)
+            else:
+                with fs.open_output_stream(dst) as out:
+                    out.write(data)
+
+        if face == "pyarrow":
+            real, ref = (lambda: self.arrow.move(src, dst)), (
+                lambda: self.reference.move(src, dst))
+        else:
+            real, ref = (lambda: self.fsspec.mv(src, dst)), (
+                lambda: self.ref_fsspec.mv(src, dst))
+        self.beside_a_third_party(f"{face} move, a third party: {act}", "move", src, action,
+                                  real, ref)
+
+    @rule(path=st.sampled_from(PATHS), data=PAYLOADS, other=PAYLOADS)
+    def write_beside_a_third_party(self, path: str, data: bytes, other: bytes) -> None:
+        def action(fs: pafs.FileSystem) -> None:
+            with fs.open_output_stream(path) as out:
+                out.write(other)
+
+        def on(fs: pafs.FileSystem) -> Callable[[], None]:
+            def run() -> None:
+                with fs.open_output_stream(path) as out:
+                    out.write(data)
+            return run
+
+        self.beside_a_third_party("write, a third party writes the path", "close", path,
+                                  action, on(self.arrow), on(self.reference))
+
     # -- invariants ------------------------------------------------------------------------------
     @invariant()
     def counters_are_whole(self) -> None:

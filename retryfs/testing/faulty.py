@@ -93,7 +93,9 @@ class Fault:
     ``silent`` (for ``close`` only): report success but drop the object, like a commit that
     an object store acknowledged and lost. ``stall``: hold the call that many seconds first
     (then raise ``error``, or, without one, go on normally). ``applied``: do the work, then
-    raise ``error`` (applied, then the answer lost)."""
+    raise ``error`` (applied, then the answer lost). ``then``: called each time the fault
+    fires, after its work (if applied) and before its error: a third party acting between
+    the failed attempt and its retry (deleting the source of a move, writing the path)."""
 
     operation: str
     error: ErrorFactory | None
@@ -103,6 +105,7 @@ class Fault:
     silent: bool = False
     stall: float | None = None
     applied: bool = False
+    then: Callable[[], Any] | None = None
     seen: int = 0
     fired: int = 0
 
@@ -132,7 +135,13 @@ class _Plan:
         self.sleep = sleep
 
     def hold(self, fault: Fault) -> None:
-        """Wait out ``fault``'s stall (ended early by ``release``; or the plan's own sleep)."""
+        """Wait out ``fault``'s stall (ended early by ``release``; or the plan's own sleep),
+        then let its third party act (``then``)."""
+        self._hold(fault)
+        if fault.then is not None:
+            fault.then()
+
+    def _hold(self, fault: Fault) -> None:
         if fault.stall:
             if self.sleep is not None:
                 self.sleep(fault.stall)
@@ -382,11 +391,13 @@ class FaultyFileSystem(pafs.PyFileSystem):
 
     def inject(self, operation: str, error: ErrorFactory | BaseException | None = None, *,
                path: str = "*", skip: int = 0, times: int | None = 1, silent: bool = False,
-               stall: float | None = None, applied: bool = False) -> Fault:
+               stall: float | None = None, applied: bool = False,
+               then: Callable[[], Any] | None = None) -> Fault:
         """Add a fault; ``error`` is an exception factory (or an exception, copied each time).
 
         ``stall`` (seconds) holds the call first; a stall without an error is a slow call
-        that then succeeds.
+        that then succeeds. ``then`` runs each time it fires, before its error is raised (a
+        third party acting between attempts).
         """
         if error is None and not silent and not stall:
             raise ValueError("a fault needs an error, a stall (seconds) or silent=True")
@@ -404,7 +415,7 @@ class FaultyFileSystem(pafs.PyFileSystem):
             template = error
             error = lambda: type(template)(*template.args)  # noqa: E731
         fault = Fault(operation, error, path=path, skip=skip, times=times, silent=silent,
-                      stall=stall, applied=applied)
+                      stall=stall, applied=applied, then=then)
         with self.plan.lock:
             self.plan.faults.append(fault)
         return fault
