@@ -14,9 +14,10 @@ through fsspec's ``fs.open("wb")`` inside ``fs.transaction`` unless it recognise
 filesystem as s3fs, gcsfs or adlfs: on a ``retry::`` URL a checkpoint is then one part of its
 whole size, and the check after the commit is off inside the transaction. The plugin saves
 through retryfs's pyarrow face instead: the checkpoint is serialised first (a failure in
-``torch.save`` sends nothing), then uploaded as one stream whose parts go in parallel, each
-re-sent alone when it fails, the commit retried and its object checked; a load reads the
-object with ranged, resumable reads. Paths may be ``retry::s3://b/k``, ``s3://b/k`` or local.
+``torch.save`` sends nothing), then uploaded by retryfs's copy data path from the bytes in
+memory (parts in parallel, a failed part re-sent alone, an attempt that fails re-reading the
+bytes from memory, the commit retried and proven new); a load reads the object with ranged,
+resumable reads. Paths may be ``retry::s3://b/k``, ``s3://b/k`` or local.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..arrow import RetryingFileSystem
@@ -37,6 +39,57 @@ except ImportError:  # pragma: no cover - only without the ``lightning`` package
     from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 
 __all__ = ["RetryingCheckpointIO", "split_location"]
+
+#: The read size of an upload from memory (Ray Train copies with 64 MiB chunks too).
+_CHUNK = 64 * 1024 * 1024
+
+
+class _OneBuffer(pafs.FileSystemHandler):
+    """A read-only filesystem of one file, ``checkpoint``, whose bytes are a buffer in memory:
+    the source of an upload that `pyarrow.fs.copy_files` (and so retryfs's copy data path)
+    can read again on every attempt without a copy."""
+
+    NAME = "checkpoint"
+
+    def __init__(self, data: pa.Buffer) -> None:
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def get_type_name(self) -> str:
+        return "retryfs-buffer"
+
+    def normalize_path(self, path: str) -> str:
+        return path
+
+    def _info(self, path: str) -> pafs.FileInfo:
+        if path == self.NAME:
+            return pafs.FileInfo(path, pafs.FileType.File, size=self.data.size)
+        return pafs.FileInfo(path, pafs.FileType.NotFound)
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        return [self._info(path) for path in paths]
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        return [self._info(self.NAME)]
+
+    def open_input_stream(self, path: str) -> pa.NativeFile:
+        return self.open_input_file(path)
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        if path != self.NAME:
+            raise FileNotFoundError(path)
+        return pa.BufferReader(self.data)
+
+    def _read_only(self, *args: Any) -> Any:
+        raise OSError("a checkpoint's bytes in memory are read only")
+
+    create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = _read_only
+    delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
 
 
 def split_location(path: Any) -> tuple[str, str, str]:
@@ -116,8 +169,12 @@ class RetryingCheckpointIO(CheckpointIO):
         parent = target.rsplit("/", 1)[0] if "/" in target.strip("/") else ""
         if parent and not split_location(path)[0]:  # a local disk (object stores need none)
             fs.create_dir(parent, recursive=True)
-        with fs.open_output_stream(target) as stream:
-            stream.write(buffer.getbuffer())
+        # retryfs's copy data path from the bytes in memory: native streams (parts in
+        # parallel), each attempt reading the bytes again (no replay spool, no temporary
+        # file), the commit proven, a commit that finally fails raised by copy_files
+        source = pafs.PyFileSystem(_OneBuffer(pa.py_buffer(buffer.getbuffer())))
+        pafs.copy_files(_OneBuffer.NAME, target, source_filesystem=source,
+                        destination_filesystem=fs, chunk_size=_CHUNK)
 
     def load_checkpoint(self, path: Any, map_location: Callable[..., Any] | Any = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
