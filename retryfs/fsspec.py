@@ -59,6 +59,7 @@ from .config import (
     merge,
 )
 from .engine import Retrier
+from .errors import CommitNotVisibleError
 from .fsspec_files import (
     AsyncRetryReadFile,
     AsyncTimedWriteFile,
@@ -72,7 +73,7 @@ from .fsspec_reconcile import async_reconciler, sync_reconciler
 from .native import with_native_attempts
 from .parts import retry_parts_in_place
 from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
-from .proof import UNKNOWN, WriteDigest, fsspec_state, is_new, read_md5
+from .proof import UNKNOWN, WriteDigest, arrow_state, fsspec_state, is_new, read_md5
 from .redact import redact, register_option_secrets
 from .stats import RetryStats
 from .timeouts import timed, write_attempt_timeout, writes_locally
@@ -328,8 +329,53 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         seconds = self._timeouts.get(operation)
         if seconds is not None:
             fn = timed(fn, seconds, operation, label)
-        return self.retrier.call(operation, label, fn,
-                                 reconcile=self._reconciler(operation, args, kwargs))
+        proof = self._pipe_proof(operation, args, kwargs)
+        if proof is None:
+            return self.retrier.call(operation, label, fn,
+                                     reconcile=self._reconciler(operation, args, kwargs))
+        path, size, digest, before = proof
+        if digest.large:  # many bytes: the destination's state before proves the change
+            before = self._proof_before(path)
+        unverified: list[Exception] = []
+        attempt = fn
+
+        def proven() -> Any:
+            result = attempt()
+            try:
+                landed = self.retrier.call("verify", path, self._landed, path, size, digest,
+                                           before)
+            except Exception as exc:  # noqa: BLE001 - committed, unproven: raised after
+                unverified.append(exc)
+                return result
+            if not landed:
+                raise CommitNotVisibleError(f"{path!r} was committed but does not hold the "
+                                            f"{size} bytes written")
+            return result
+
+        result = self.retrier.call(operation, label, proven)
+        if unverified:
+            raise unverified[0]
+        return result
+
+    def _pipe_proof(self, operation: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+                    ) -> tuple[str, int, WriteDigest, Any] | None:
+        """For a ``pipe_file`` of bytes (``verify_writes``): its path, size and digest, for the
+        check after its commit that the object there is the new one (`retryfs.proof`)."""
+        if operation != "pipe_file" or not self.verify_writes:
+            return None
+        path = args[0] if args else kwargs.get("path")
+        value = args[1] if len(args) > 1 else kwargs.get("value")
+        if not isinstance(path, str) or not isinstance(value, (bytes, bytearray, memoryview)):
+            return None
+        digest = WriteDigest()
+        digest.update(value)
+        return path, memoryview(value).nbytes, digest, UNKNOWN
+
+    def _proof_before(self, path: str) -> Any:
+        try:
+            return self.retrier.call("verify", path, self._state, path)
+        except Exception:  # noqa: BLE001 - unknown: the size and the store prove it
+            return UNKNOWN
 
     def _reconciler(self, operation: str, args: tuple[Any, ...],
                     kwargs: Mapping[str, Any]) -> Callable[[BaseException], Any] | None:
@@ -428,20 +474,19 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         the new object, not an older one of the same size (`retryfs.proof.is_new`: the store's
         ETag or MD5 against the bytes' MD5, or a change since ``before``)."""
         try:
-            self.fs.invalidate_cache(path)
-            info = self.fs.info(path)
-        except FileNotFoundError:
-            return False
+            after = self._state(path)
         except NotImplementedError:  # a filesystem that cannot tell: trust the commit
             return True
-        after = fsspec_state(info)
         if writes_locally(self.fs):  # a local write is in place or nowhere: its size says it
             return after is not None and (after.size is None or after.size == size)
         return is_new(after, size, digest, before,
                       lambda: read_md5(lambda: self.fs.cat_file(path)))
 
     def _state(self, path: str) -> Any:
-        """``path``'s state before a large write's commit (`retryfs.proof.ObjectState`)."""
+        """``path``'s state (`retryfs.proof.ObjectState`; ``None``: no file): a pyarrow
+        filesystem's own (S3's ETag) under fsspec's ``ArrowFSWrapper``, else ``info``'s."""
+        if isinstance(self.fs, ArrowFSWrapper):
+            return arrow_state(self.fs.fs, path)
         try:
             self.fs.invalidate_cache(path)
             return fsspec_state(self.fs.info(path))
@@ -659,7 +704,64 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):
         if args or kwargs:  # never through Retrier.acall's own keywords (path=, fn=...)
             fn = functools.partial(fn, *args, **kwargs)
         reconcile = await async_reconciler(operation, args, kwargs, self._ainfo)
-        return await self.retrier.acall(operation, label, fn, reconcile=reconcile)
+        proof = self._pipe_proof(operation, args, kwargs)
+        if proof is None:
+            return await self.retrier.acall(operation, label, fn, reconcile=reconcile)
+        path, size, digest, before = proof
+        if digest.large:  # many bytes: the destination's state before proves the change
+            before = await self._aproof_before(path)
+        unverified: list[Exception] = []
+        attempt = fn
+
+        async def proven() -> Any:
+            result = await attempt()
+            try:
+                landed = await self.retrier.acall(
+                    "verify", path, functools.partial(self._alanded, path, size, digest,
+                                                      before))
+            except Exception as exc:  # noqa: BLE001 - committed, unproven: raised after
+                unverified.append(exc)
+                return result
+            if not landed:
+                raise CommitNotVisibleError(f"{path!r} was committed but does not hold the "
+                                            f"{size} bytes written")
+            return result
+
+        result = await self.retrier.acall(operation, label, proven)
+        if unverified:
+            raise unverified[0]
+        return result
+
+    async def _astate(self, path: str) -> Any:
+        self.fs.invalidate_cache(path)
+        try:
+            return fsspec_state(await self.fs._info(path))
+        except FileNotFoundError:
+            return None
+
+    async def _aproof_before(self, path: str) -> Any:
+        try:
+            return await self.retrier.acall("verify", path,
+                                            functools.partial(self._astate, path))
+        except Exception:  # noqa: BLE001 - unknown: the size and the store prove it
+            return UNKNOWN
+
+    async def _alanded(self, path: str, size: int, digest: WriteDigest, before: Any) -> bool:
+        """`RetryFileSystem._landed` on the event loop (one ``_info``, a read-back only where
+        the store's ETag cannot be compared with the bytes' MD5)."""
+        after = await self._astate(path)
+        needed: list[bool] = []
+
+        def read_back() -> str:
+            needed.append(True)
+            return ""
+
+        if is_new(after, size, digest, before, read_back) and not needed:
+            return True
+        if not needed:
+            return False
+        data = await self.fs._cat_file(path)
+        return read_md5(lambda: data) == digest.hexdigest
 
     async def _ainfo(self, path: str) -> Any:
         return await self._acall("info", path, self.fs._info, path)

@@ -119,8 +119,11 @@ def is_new(after: ObjectState | None, size: int, digest: WriteDigest | None, bef
         return False
     if before is None:
         return True  # nothing was there: what is there now came after the write began
-    if isinstance(before, ObjectState) and changed(after, before):
-        return True
+    if isinstance(before, ObjectState):
+        if before.modified is None and before.etag is None:
+            before = UNKNOWN  # a store that shows neither: nothing to compare
+        elif changed(after, before):
+            return True
     whole = None if digest is None else digest.hexdigest
     if whole is not None:
         if after.md5 is not None:

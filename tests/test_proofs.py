@@ -479,3 +479,25 @@ def test_the_lost_fault_keeps_the_older_object_as_it_was(s3_fault_endpoint, s3_f
     after = fs.get_file_info(f"{bucket}/k")
     assert ep.get_object(bucket, "k") == b"old"
     assert (after.size, after.mtime) == (before.size, before.mtime)
+
+
+@pytest.mark.parametrize("size", [300, 12 << 20], ids=["small", "large"])
+@pytest.mark.parametrize("client", ["s3fs", "pyarrow"])
+def test_a_lost_pipe_file_on_the_fsspec_face_is_committed_again(client, size, s3_fault_endpoint,
+                                                                s3_fault_bucket):
+    # pipe_file sends its bytes in one call (Lightning's _atomic_save on object storage): the
+    # check after it compares the store's ETag with their MD5, or reads the object back
+    from retryfs.fsspec import RetryFileSystem
+
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "ckpt/k", b"o" * size)
+    lost = _lost_once(ep, bucket, "ckpt/k")
+    inner = ep.s3fs() if client == "s3fs" else ep.pyarrow_fs()
+    fs = RetryFileSystem(fs=inner, policy=FAST, budget=False)
+    fs.pipe_file(f"retry::s3://{bucket}/ckpt/k", b"n" * size)
+    assert ep.fired(lost) == 1
+    assert ep.get_object(bucket, "ckpt/k") == b"n" * size
+    # s3fs has its own pipe_file (one PutObject), retried; ArrowFSWrapper has none: fsspec's
+    # generic one writes a file, whose close is retried
+    operation = "pipe_file" if client == "s3fs" else "close"
+    assert fs.stats.snapshot()["by_operation"][operation]["retries"] == 1
