@@ -10,28 +10,49 @@ from .budget import RetryBudget
 from .classify import Decision, ErrorClassifier
 from .config import WrapperConfig
 from .engine import no_sleep
-from .errors import CommitNotVisibleError
+from .errors import (
+    AttemptAbandoned,
+    AttemptTimeoutError,
+    CommitInFlightError,
+    CommitNotVisibleError,
+    CopyError,
+    CopyFilesGuardError,
+    InnerFileClosedError,
+    RetryfsError,
+    UnfinishedDeleteError,
+    UsageError,
+    VerificationError,
+)
 from .fsspec import RetryFileSystem
 from .policy import RetryPolicy
 from .redact import redact
 from .stats import RetryEvent, RetryStats
-from .transfer import CopyError, CopyResult, copy
+from .transfer import CopyResult, copy
 from .uri import from_uri
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttemptAbandoned",
+    "AttemptTimeoutError",
+    "CommitInFlightError",
     "CommitNotVisibleError",
     "CopyError",
+    "CopyFilesGuardError",
     "CopyResult",
     "Decision",
     "ErrorClassifier",
+    "InnerFileClosedError",
     "RetryBudget",
     "RetryEvent",
     "RetryFileSystem",
     "RetryPolicy",
     "RetryStats",
+    "RetryfsError",
     "RetryingFileSystem",
+    "UnfinishedDeleteError",
+    "UsageError",
+    "VerificationError",
     "WrapperConfig",
     "copy",
     "from_uri",

@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 from . import __version__
 from .config import WrapperConfig
 from .demo import run as run_demo
+from .errors import UsageError
 from .locations import dangerous_target
 from .redact import redact
 from .transfer import CopyError, copy
@@ -40,10 +41,6 @@ exit codes: 0 success, 1 failure after retries, 2 usage error (bad arguments, ba
 unknown retry_* parameter, missing source), 130 interrupted.
 Retry settings: retry_* URL parameters, or RETRYFS_* environment variables
 (RETRYFS_MAX_ATTEMPTS=8) for defaults."""
-
-
-class UsageError(Exception):
-    """A mistake in what was asked (exit code 2)."""
 
 
 # -- parser --------------------------------------------------------------------------------------

@@ -28,14 +28,11 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from .errors import CopyFilesGuardError
 from .redact import redact
 
 __all__ = ["CopyFilesGuardError", "CopySession", "FailedCommits", "copy_session",
            "install_copy_files_guard", "report_commit", "watching"]
-
-class CopyFilesGuardError(RuntimeError):
-    """pyarrow changed in a way the guard cannot follow (raised at install, never silently)."""
-
 
 class CopySession:
     """The failed commits of the retryfs streams opened while one guarded call ran."""

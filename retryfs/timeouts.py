@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
 from fsspec.implementations.local import LocalFileSystem as FsspecLocalFileSystem
 
-from .errors import CommitInFlightError
+from .errors import AttemptAbandoned, AttemptTimeoutError, CommitInFlightError
 from .policy import GROUPS, OPERATION_GROUPS
 
 __all__ = [
@@ -83,23 +83,6 @@ def writes_locally(fs: Any) -> bool:
     if isinstance(fs, ArrowFSWrapper):
         fs = fs.fs
     return isinstance(fs, (pafs.LocalFileSystem, FsspecLocalFileSystem))
-
-
-class AttemptTimeoutError(TimeoutError):
-    """One attempt of an operation did not finish in time; transient, so it is retried."""
-
-    def __init__(self, operation: str, path: str, seconds: float) -> None:
-        super().__init__(f"retryfs: {operation} {path!r} did not finish within {seconds:g}s "
-                         "(per-attempt timeout)")
-        self.operation = operation
-        self.path = path
-        self.seconds = seconds
-
-
-class AttemptAbandoned(Exception):
-    """Raised inside an attempt its caller abandoned (it timed out, and the file went on with
-    its retries elsewhere): it stops without committing. Never seen by a user: the abandoned
-    attempt's outcome is nobody's."""
 
 
 def resolve_timeouts(timeout: float | Mapping[str, float] | None,

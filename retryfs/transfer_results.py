@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import CommitNotVisibleError
+from .errors import CopyError, VerificationError
 
 __all__ = ["CHUNK", "Checked", "CopyError", "CopyProgress", "CopyResult", "FileCopy", "MiB",
            "PART_SIZES", "Status", "VerificationError", "Verify", "human_bytes"]
@@ -162,25 +162,6 @@ class CopyResult:
             "failures": [{"path": f.path, "error": f.reason} for f in self.failed],
             "items": [f.to_dict() for f in self.files],
         }
-
-
-class CopyError(OSError):
-    """Some files did not land after their retries; ``.result`` has every file's outcome."""
-
-    def __init__(self, result: CopyResult) -> None:
-        failed = result.failed
-        shown = "; ".join(f"{f.path}: {f.reason}" for f in failed[:5])
-        more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-        super().__init__(f"{len(failed)} of {len(result.files)} file(s) failed to copy to "
-                         f"{result.destination}: {shown}{more}")
-        self.result = result
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.result,))
-
-
-class VerificationError(CommitNotVisibleError):
-    """The object was committed but does not hold what was read from the source (retried)."""
 
 
 @dataclass(frozen=True)
