@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from fsspec.spec import AbstractFileSystem
 
+from . import _compat
 from .budget import RetryBudget, TokenBucket, bucket_for
 from .classify import ErrorClassifier
-from .commits import FailedCommits, install_copy_files_guard
+from .commits import FailedCommits
 from .config import OPTIONS, WrapperConfig, check_operation_names
 from .engine import Retrier
 from .errors import UnfinishedDeleteError
@@ -201,6 +202,7 @@ class RetryingHandler(pafs.FileSystemHandler):
         check_operation_names(config)
         if config.stats is None:
             config = config.replace(stats=RetryStats())
+        ensure_copy_files_guard()
         self.config = config
         given = fs
         if config.native_attempts is not None:
@@ -727,6 +729,12 @@ def _direct_copy(copy: Any, download: Any) -> Any:
     return direct
 
 
-install_copy_files_guard({"_copy_files": _direct_copy(copy_single_file, download_single_file),
-                          "_copy_files_selector": _direct_copy(copy_file_tree,
-                                                               download_file_tree)})
+#: What the ``copy_files`` patch routes to retryfs's data path (`retryfs._compat`).
+_DIRECT = {"_copy_files": _direct_copy(copy_single_file, download_single_file),
+           "_copy_files_selector": _direct_copy(copy_file_tree, download_file_tree)}
+
+
+def ensure_copy_files_guard() -> None:
+    """Install the ``copy_files`` patch (`retryfs._compat`) if it applies: called by every
+    wrapper's constructor (either face, unpickling included), never by ``import retryfs``."""
+    _compat.install_copy_files_guard(_DIRECT)

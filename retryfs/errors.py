@@ -20,10 +20,7 @@ pyarrow or fsspec keeps working:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover - typing only: the results import this module
-    from .transfer_results import CopyResult
+from typing import Any
 
 __all__ = ["AttemptAbandoned", "AttemptTimeoutError", "CommitInFlightError",
            "CommitNotVisibleError", "CopyError", "CopyFilesGuardError", "InnerFileClosedError",
@@ -114,7 +111,7 @@ class CopyError(RetryfsError, OSError):
     """Some files of a `retryfs.copy` did not land after their retries; ``.result`` has every
     file's outcome."""
 
-    def __init__(self, result: CopyResult) -> None:
+    def __init__(self, result: Any) -> None:  # a `retryfs.transfer_results.CopyResult`
         failed = result.failed
         shown = "; ".join(f"{f.path}: {f.reason}" for f in failed[:5])
         more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""

@@ -48,7 +48,7 @@ from fsspec.implementations.arrow import ArrowFSWrapper
 from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.spec import AbstractFileSystem
 
-from .arrow import RetryingFileSystem
+from .arrow import RetryingFileSystem, ensure_copy_files_guard
 from .budget import RetryBudget, bucket_for
 from .classify import ErrorClassifier
 from .config import (
@@ -227,6 +227,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
             own.pop("loop", None)
             own.pop("batch_size", None)
         super().__init__(**own)
+        ensure_copy_files_guard()  # its streams report their commits to copy_files too
         self.fs = inner
         self.target_protocol = target_protocol
         register_option_secrets(target_options)

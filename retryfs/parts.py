@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _compat
 from .engine import Retrier
 
 __all__ = ["PART_REQUESTS", "retry_parts_in_place"]
@@ -27,6 +28,10 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
     call_s3 = getattr(file, "_call_s3", None)
     if not callable(call_s3) or not hasattr(file, "_upload_chunk"):
         return file
+    if not _compat.applies("s3fs_parts"):  # off, or an s3fs it was not written for
+        return file
+    _compat.note_applied("s3fs_parts", "the _call_s3 of s3fs files retryfs opens for writing: "
+                         "upload_part retried in place")
 
     def retried(method: str, *args: Any, **kwargs: Any) -> Any:
         if method not in PART_REQUESTS:
