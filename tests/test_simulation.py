@@ -152,6 +152,14 @@ def restore(fs: pafs.FileSystem, state: dict[str, Any]) -> None:
                 out.write(value)
 
 
+def _writable(fs: pafs.FileSystem, path: str) -> bool:
+    """Whether a third party can write ``path``: its directory is there (the mock store has
+    real directories) and it is not a directory itself."""
+    parent = path.rsplit("/", 1)[0] if "/" in path else ""
+    return ((not parent or fs.get_file_info(parent).type == pafs.FileType.Directory)
+            and fs.get_file_info(path).type != pafs.FileType.Directory)
+
+
 def _backend_error_over_a_fault(error: BaseException, fault_types: set[type]) -> bool:
     """Whether ``error`` is not retryfs's own and has an injected fault behind it."""
     return (not type(error).__module__.startswith("retryfs")
@@ -406,7 +414,8 @@ class Simulation(RuleBasedStateMachine):
     def move_beside_a_third_party(self, src: str, dst: str, face: str, act: str,
                                   data: bytes) -> None:
         found = self.store.get_file_info(src)
-        if act.endswith("older copy") and found.type == pafs.FileType.File and src != dst:
+        if (act.endswith("older copy") and found.type == pafs.FileType.File and src != dst
+                and _writable(self.store, dst)):
             # before the call, the destination holds an older object of the source's size
             for fs in (self.store, self.reference):
                 with fs.open_output_stream(dst) as out:
@@ -416,7 +425,7 @@ class Simulation(RuleBasedStateMachine):
             if act.startswith("delete the source"):
                 if fs.get_file_info(src).type == pafs.FileType.File:
                     fs.delete_file(src)
-            else:
+            elif _writable(fs, dst):
                 with fs.open_output_stream(dst) as out:
                     out.write(data)
 
@@ -432,8 +441,9 @@ class Simulation(RuleBasedStateMachine):
     @rule(path=st.sampled_from(PATHS), data=PAYLOADS, other=PAYLOADS)
     def write_beside_a_third_party(self, path: str, data: bytes, other: bytes) -> None:
         def action(fs: pafs.FileSystem) -> None:
-            with fs.open_output_stream(path) as out:
-                out.write(other)
+            if _writable(fs, path):
+                with fs.open_output_stream(path) as out:
+                    out.write(other)
 
         def on(fs: pafs.FileSystem) -> Callable[[], None]:
             def run() -> None:
