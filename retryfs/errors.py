@@ -40,6 +40,12 @@ class CommitNotVisibleError(RetryfsError, OSError):
     """
 
     @classmethod
+    def written(cls, path: str, size: int) -> CommitNotVisibleError:
+        """The error of a write whose destination does not prove the ``size`` bytes written."""
+        return cls(f"{path!r} was committed but does not hold the {size} bytes written "
+                   "(missing, another size, or the object that was there before)")
+
+    @classmethod
     def copied(cls, path: str, size: int) -> CommitNotVisibleError:
         """The error of a copy whose destination does not hold the ``size`` bytes copied."""
         return cls(f"{path!r} was committed but does not hold the {size} bytes copied")

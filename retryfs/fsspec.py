@@ -73,7 +73,16 @@ from .fsspec_reconcile import async_reconciler, sync_reconciler
 from .native import with_native_attempts
 from .parts import retry_parts_in_place
 from .policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
-from .proof import UNKNOWN, WriteDigest, arrow_state, fsspec_state, is_new, read_md5
+from .proof import (
+    UNKNOWN,
+    WriteDigest,
+    arrow_state,
+    fsspec_state,
+    is_new,
+    read_md5,
+    state_before,
+    verdict,
+)
 from .redact import redact, register_option_secrets
 from .stats import RetryStats
 from .timeouts import timed, write_attempt_timeout, writes_locally
@@ -334,9 +343,10 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         if proof is None:
             return self.retrier.call(operation, label, fn,
                                      reconcile=self._reconciler(operation, args, kwargs))
-        path, size, digest, before = proof
+        path, size, digest = proof
+        before = UNKNOWN
         if digest.large:  # many bytes: the destination's state before proves the change
-            before = self._proof_before(path)
+            before = state_before(self.retrier.call, path, self._state)
         unverified: list[Exception] = []
         attempt = fn
 
@@ -349,8 +359,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
                 unverified.append(exc)
                 return result
             if not landed:
-                raise CommitNotVisibleError(f"{path!r} was committed but does not hold the "
-                                            f"{size} bytes written")
+                raise CommitNotVisibleError.written(path, size)
             return result
 
         result = self.retrier.call(operation, label, proven)
@@ -359,7 +368,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         return result
 
     def _pipe_proof(self, operation: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-                    ) -> tuple[str, int, WriteDigest, Any] | None:
+                    ) -> tuple[str, int, WriteDigest] | None:
         """For a ``pipe_file`` of bytes (``verify_writes``): its path, size and digest, for the
         check after its commit that the object there is the new one (`retryfs.proof`)."""
         if operation != "pipe_file" or not self.verify_writes:
@@ -370,13 +379,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
             return None
         digest = WriteDigest()
         digest.update(value)
-        return path, memoryview(value).nbytes, digest, UNKNOWN
-
-    def _proof_before(self, path: str) -> Any:
-        try:
-            return self.retrier.call("verify", path, self._state, path)
-        except Exception:  # noqa: BLE001 - unknown: the size and the store prove it
-            return UNKNOWN
+        return path, memoryview(value).nbytes, digest
 
     def _reconciler(self, operation: str, args: tuple[Any, ...],
                     kwargs: Mapping[str, Any]) -> Callable[[BaseException], Any] | None:
@@ -708,7 +711,8 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):
         proof = self._pipe_proof(operation, args, kwargs)
         if proof is None:
             return await self.retrier.acall(operation, label, fn, reconcile=reconcile)
-        path, size, digest, before = proof
+        path, size, digest = proof
+        before = UNKNOWN
         if digest.large:  # many bytes: the destination's state before proves the change
             before = await self._aproof_before(path)
         unverified: list[Exception] = []
@@ -724,8 +728,7 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):
                 unverified.append(exc)
                 return result
             if not landed:
-                raise CommitNotVisibleError(f"{path!r} was committed but does not hold the "
-                                            f"{size} bytes written")
+                raise CommitNotVisibleError.written(path, size)
             return result
 
         result = await self.retrier.acall(operation, label, proven)
@@ -750,18 +753,10 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):
     async def _alanded(self, path: str, size: int, digest: WriteDigest, before: Any) -> bool:
         """`RetryFileSystem._landed` on the event loop (one ``_info``, a read-back only where
         the store's ETag cannot be compared with the bytes' MD5)."""
-        after = await self._astate(path)
-        needed: list[bool] = []
-
-        def read_back() -> str:
-            needed.append(True)
-            return ""
-
-        if is_new(after, size, digest, before, read_back) and not needed:
-            return True
-        if not needed:
-            return False
-        data = await self.fs._cat_file(path)
+        found = verdict(await self._astate(path), size, digest, before)
+        if found is not None:
+            return found
+        data = await self.fs._cat_file(path)  # only the content can tell
         return read_md5(lambda: data) == digest.hexdigest
 
     async def _ainfo(self, path: str) -> Any:

@@ -33,6 +33,7 @@ attempt fails.
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -50,7 +51,7 @@ from .errors import CommitInFlightError, CommitNotVisibleError
 from .local_batch import PlannedFile, SmallFileBatch, split_local
 from .locations import temporary_beside
 from .placeholders import EmptyAtOpen
-from .proof import UNKNOWN, Proofs, WriteDigest, arrow_state
+from .proof import UNKNOWN, Proofs, WriteDigest, arrow_state, state_before
 from .streams import SUB_READ, abandon_stream, discard
 from .timeouts import (
     AttemptAbandoned,
@@ -547,48 +548,36 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
     """One file copied and committed; the bytes copied. A local destination is written beside
     it and renamed into place; a local file of several chunks through Arrow's own one-file copy
     (a copy abandoned meanwhile is removed before its rename; its bytes are the temporary
-    file's size), anything else through `_pump`."""
+    file's size), anything else through `_pump`. Onto an object store (``verify_writes``) the
+    bytes are hashed while few and the destination's state taken once they are many, both
+    left in ``handler.proofs`` for the check after the commit (`retryfs.proof`): an older
+    object of the same size never passes for this one."""
     writer = handler.writer_for(size)
 
     def write(target: str, beside: bool) -> int:
-        if not beside and handler.verify_writes:  # an object store: prove the new object
-            return _proven_upload(handler, source_fs, source, writer, destination,
-                                  buffer_size, size, abandoned)
         if beside and size is not None and size > buffer_size:
             _arrow_copy_file(source_fs, source, writer, target, buffer_size, False)
             # the bytes written, stat'ed before the rename: not the listed size (the file may
             # have grown or shrunk since the listing, and Arrow copies it to its end)
             written = writer.get_file_info(target).size
             return size if written is None else int(written)
+        proving = not beside and handler.verify_writes
+        digest = WriteDigest() if proving else None
+        before: list[Any] = [UNKNOWN]
+
+        def grown() -> None:
+            before[0] = state_before(handler.retrier.call, destination,
+                                     functools.partial(arrow_state, handler.inner))
+
         with source_fs.open_input_stream(source) as reader:
-            return pump_into(writer, target, reader, buffer_size, abandoned, beside,
-                             empty=handler.empty_at_open(target), listed=size)
+            copied = pump_into(writer, target, reader, buffer_size, abandoned, beside,
+                               empty=handler.empty_at_open(target), listed=size,
+                               digest=digest, grown=grown)
+        if proving:
+            handler.proofs.record(destination, digest, before[0])
+        return copied
 
     return written_whole(writer, destination, write, abandoned)
-
-
-def _proven_upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
-                   writer: pafs.FileSystem, destination: str, buffer_size: int,
-                   size: int | None, abandoned: AttemptSignal) -> int:
-    """`pump_into` an object store, the bytes hashed while few (`retryfs.proof.WriteDigest`)
-    and the destination's state taken once they are many, both left in ``handler.proofs`` for
-    the check after the commit: an older object of the same size never passes for this one."""
-    digest = WriteDigest()
-    before: list[Any] = [UNKNOWN]
-
-    def grown() -> None:
-        try:
-            before[0] = handler.retrier.call("verify", destination, arrow_state, handler.inner,
-                                             destination)
-        except Exception:  # noqa: BLE001 - unknown: the size and the store prove it
-            before[0] = UNKNOWN
-
-    with source_fs.open_input_stream(source) as reader:
-        copied = pump_into(writer, destination, reader, buffer_size, abandoned, False,
-                           empty=handler.empty_at_open(destination), listed=size,
-                           digest=digest, grown=grown)
-    handler.proofs.record(destination, digest, before[0])
-    return copied
 
 
 def written_whole(fs: pafs.FileSystem, destination: str,
@@ -678,11 +667,8 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
             discard(writer)
             raise
         size += buffer.size
-        if digest is not None:
-            hashed = not digest.large
-            digest.update(buffer)
-            if hashed and digest.large and grown is not None:
-                grown()
+        if digest is not None and digest.update(buffer) and grown is not None:
+            grown()
         if listed is not None and size > listed and read_size < most:
             read_size = min(2 * read_size, most)
     try:

@@ -35,7 +35,7 @@ from typing import Any, Final
 import pyarrow.fs as pafs
 
 __all__ = ["HASHED", "UNKNOWN", "ObjectState", "Proofs", "WriteDigest", "arrow_state",
-           "fsspec_state", "is_new", "read_md5"]
+           "fsspec_state", "is_new", "read_md5", "state_before", "verdict"]
 
 #: The bytes of a write hashed (MD5) to prove its content; beyond, the proof is the change of
 #: the destination since before the write.
@@ -74,14 +74,18 @@ class WriteDigest:
         self._md5: Any = hashlib.md5(usedforsecurity=False)
         self.size = 0
 
-    def update(self, data: Any) -> None:
+    def update(self, data: Any) -> bool:
+        """Take ``data``; whether it is the write that passed `HASHED` (the moment to take the
+        destination's state before the commit, `state_before`)."""
         size = len(data) if not hasattr(data, "nbytes") else data.nbytes
+        passed = False
         if self._md5 is not None:
             if self.size + size > HASHED:
-                self._md5 = None
+                self._md5, passed = None, True
             else:
                 self._md5.update(data)
         self.size += size
+        return passed
 
     @property
     def large(self) -> bool:
@@ -107,13 +111,14 @@ def changed(after: ObjectState, before: ObjectState) -> bool:
             or after.etag != before.etag)
 
 
-def is_new(after: ObjectState | None, size: int, digest: WriteDigest | None, before: Any,
-           read_back: Callable[[], str]) -> bool:
-    """Whether ``after`` (the destination now) proves a write of ``size`` bytes landed.
+def verdict(after: ObjectState | None, size: int, digest: WriteDigest | None,
+            before: Any) -> bool | None:
+    """Whether ``after`` (the destination now) proves a write of ``size`` bytes landed, or
+    ``None`` when only its content can tell (read it back and compare its MD5 with
+    ``digest``'s: `is_new`).
 
     ``before``: the destination's state before the write (`ObjectState`, ``None`` for nothing
-    there, or `UNKNOWN`); ``digest``: the write's `WriteDigest` (``None``: not hashed);
-    ``read_back``: the MD5 of the object's content now (a read; its error is raised).
+    there, or `UNKNOWN`); ``digest``: the write's `WriteDigest` (``None``: not hashed).
     """
     if after is None or (after.size is not None and after.size != size):
         return False
@@ -133,8 +138,29 @@ def is_new(after: ObjectState | None, size: int, digest: WriteDigest | None, bef
                 return True
             # another S3 ETag: another object, or these bytes as several parts or encrypted
             # with KMS (an ETag that is no MD5): the content decides
-            return read_back() == whole
+            return None
     return before is UNKNOWN  # nothing to compare with (no ETag, no MD5): the size alone
+
+
+def is_new(after: ObjectState | None, size: int, digest: WriteDigest | None, before: Any,
+           read_back: Callable[[], str]) -> bool:
+    """`verdict`, the content read back (``read_back``: its MD5; its error is raised) where
+    only the content can tell."""
+    found = verdict(after, size, digest, before)
+    if found is None:
+        assert digest is not None  # verdict reads content only against a digest
+        return read_back() == digest.hexdigest
+    return found
+
+
+def state_before(call: Callable[..., Any], path: str, state: Callable[[str], Any]) -> Any:
+    """``state(path)`` through ``call`` (a retrier's, operation ``verify``): the destination
+    before a large write's commit; `UNKNOWN` if it gives up (the size and the store prove
+    the write then)."""
+    try:
+        return call("verify", path, state, path)
+    except Exception:  # noqa: BLE001 - unknown before: proven by what is known after
+        return UNKNOWN
 
 
 def _etag(value: Any) -> str | None:

@@ -26,7 +26,7 @@ from .commits import report_commit, watching
 from .config import DEFAULT_SPOOL_MEMORY
 from .engine import Retrier, operation_end
 from .errors import CommitNotVisibleError, InnerFileClosedError
-from .proof import UNKNOWN, WriteDigest
+from .proof import UNKNOWN, WriteDigest, state_before
 from .timeouts import AttemptSignal, in_background, run_with_timeout, settle
 
 __all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY", "SUB_READ",
@@ -243,17 +243,9 @@ class ReplayableOutputStream(io.RawIOBase):
     def _note(self, view: memoryview) -> None:
         """The write's bytes into its digest; past `HASHED`, the destination's state before
         the commit (a retried metadata call; unknown if it gives up)."""
-        digest = self._digest
-        if digest is None:
-            return
-        hashed = not digest.large
-        digest.update(view)
-        if hashed and digest.large and self._state_of is not None:
-            try:
-                self._before = self._retrier.call("verify", self.path, self._state_of,
-                                                  self.path)
-            except Exception:  # noqa: BLE001 - unknown: the size and the store prove it
-                self._before = UNKNOWN
+        if (self._digest is not None and self._digest.update(view)
+                and self._state_of is not None):
+            self._before = state_before(self._retrier.call, self.path, self._state_of)
 
     def _write_through(self, sink: _Sink, view: memoryview) -> None:
         if sink.replayed == self._size:  # this attempt's replay wrote these bytes already
@@ -275,9 +267,7 @@ class ReplayableOutputStream(io.RawIOBase):
             self._unverified = exc
             return
         if not landed:
-            raise CommitNotVisibleError(
-                f"{self.path!r} was committed but does not hold the {self._size} bytes written "
-                "(missing, another size, or the object that was there before)")
+            raise CommitNotVisibleError.written(self.path, self._size)
 
     def _settle(self, started: float) -> None:
         """Before a close reports success: wait for the close attempts abandoned in the middle

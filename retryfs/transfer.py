@@ -307,9 +307,7 @@ class _Copier:
                 nonlocal sent
                 if digest is not None:
                     digest.update(data)
-                hashed = not md5.large
-                md5.update(data)
-                if hashed and md5.large and not self.dst_local:  # before its commit
+                if md5.update(data) and not self.dst_local:  # before its commit
                     before[0] = self._state(item.destination)
                 sent += len(data)
                 self._report(advance=len(data))
