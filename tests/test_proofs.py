@@ -464,8 +464,15 @@ def test_an_acknowledged_commit_that_stored_nothing_is_not_a_success(
     _write_new(how, ep, bucket, tmp_path, new)
     assert ep.fired(lost) == 1
     assert ep.get_object(bucket, "ckpt/k") == new  # committed again, and proven
+    # what the loss cost: one more commit of that object, its bytes once more, nothing else
+    commits = ep.requests(op=("PutObject", "CompleteMultipartUpload"))
+    assert [r.key for r in commits].count("ckpt/k") == 2
+    sent = sum(r.request_bytes for r in ep.requests(op=("PutObject", "UploadPart"))
+               if r.key == "ckpt/k")
+    assert 2 * size <= sent <= 2 * size * 1.01 + 4096
     if how.startswith("copy_files_tree") or how == "retryfs_copy":
         assert ep.get_object(bucket, "ckpt/x") == new
+        assert [r.key for r in commits].count("ckpt/x") == 1
 
 
 def test_the_lost_fault_keeps_the_older_object_as_it_was(s3_fault_endpoint, s3_fault_bucket):
@@ -497,6 +504,8 @@ def test_a_lost_pipe_file_on_the_fsspec_face_is_committed_again(client, size, s3
     fs.pipe_file(f"retry::s3://{bucket}/ckpt/k", b"n" * size)
     assert ep.fired(lost) == 1
     assert ep.get_object(bucket, "ckpt/k") == b"n" * size
+    commits = ep.requests(op=("PutObject", "CompleteMultipartUpload"))
+    assert [r.key for r in commits].count("ckpt/k") == 2  # the lost one, then one more
     # s3fs has its own pipe_file (one PutObject), retried; ArrowFSWrapper has none: fsspec's
     # generic one writes a file, whose close is retried
     operation = "pipe_file" if client == "s3fs" else "close"
