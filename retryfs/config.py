@@ -399,14 +399,18 @@ class Parameter:
 _POLICY_PARSERS: dict[str, tuple[Callable[[Any], Any], str, str]] = {
     # field: (parser, example value, help)
     "max_attempts": (_int, "8", "attempts in all, the first included (1 disables retries)"),
-    "initial_delay": (_float, "0.5", "seconds before the first retry"),
+    "initial_delay": (_float, "0.05", "seconds before the first retry of a transient failure "
+                                      "(reset, 500, timeout)"),
     "multiplier": (lambda v: _float(v, 1.0), "3", "each retry waits this many times longer"),
     "max_delay": (_float, "30", "cap on one wait, in seconds"),
     "jitter": (_bool, "false", "full jitter on every wait (true/false)"),
     "deadline": (_seconds_or_none, "120", "bound on one operation's total time, sleeps "
                                           "included, in seconds (`none`: no bound)"),
-    "throttle_factor": (lambda v: _float(v, 1.0), "4", "throttling errors (SlowDown, 429) "
-                                                       "wait this many times longer"),
+    "throttle_delay": (_float, "2", "seconds before the first retry of a throttling error "
+                                    "(SlowDown, 429; never less than its Retry-After)"),
+    "throttle_factor": (lambda v: _float(v, 1.0), "4", "deprecated: use throttle_delay "
+                                                       "(throttles waited this many times "
+                                                       "longer than initial_delay)"),
 }
 _DEFAULT_POLICY = RetryPolicy()
 

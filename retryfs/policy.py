@@ -1,8 +1,10 @@
 """How long to keep trying and how long to wait: `RetryPolicy` and per-operation overrides.
 
 A policy is one immutable, validated value (in the spirit of ``urllib3.util.Retry``): it is
-safe to share between threads and to pickle to Ray workers. The delay schedule itself comes
-from the ``backoff`` package (exponential, capped, full jitter).
+safe to share between threads and to pickle to Ray workers. It holds two delay schedules, one
+per kind of failure: a fast one for transient failures (a reset, a 500, a timeout), a slow one
+for throttling (SlowDown, 429). Each schedule comes from the ``backoff`` package (exponential,
+capped, full jitter).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +80,7 @@ LIMITS: dict[str, tuple[float, float, bool]] = {
     "multiplier": (1, 100, True),
     "max_delay": (0, 86_400, True),
     "deadline": (0, 31_536_000, False),
+    "throttle_delay": (0, 86_400, True),
     "throttle_factor": (1, 100, True),
 }
 
@@ -104,31 +108,53 @@ def _check_number(name: str, value: Any) -> None:
 class RetryPolicy:
     """When to retry a failed storage operation and how long to wait in between.
 
+    Two schedules, chosen by the kind of failure:
+
+    - transient (a reset, a 500, a timeout, a truncated body): the first retry waits
+      ``initial_delay`` (0.1 s), each next one ``multiplier`` times longer. A transient fault
+      says nothing about the server's load, so the retry goes out almost at once (object_store
+      starts at 100 ms; botocore's standard mode at 50 ms).
+    - throttling (SlowDown, 429, ``ServerBusy``): the first retry waits ``throttle_delay``
+      (1 s), each next one ``multiplier`` times longer, and never less than the server's
+      ``Retry-After``. A throttle means the server wants less traffic: retrying in 100 ms would
+      make the storm worse (botocore keeps 1 s for throttling; AWS asks for exponential backoff
+      from about a second).
+
+    Fields:
+
     - ``max_attempts``: attempts in all, the first included (1 disables retries); 1 to 10**6.
-    - ``initial_delay`` / ``multiplier`` / ``max_delay``: the exponential schedule in seconds:
+    - ``initial_delay`` / ``multiplier`` / ``max_delay``: the transient schedule in seconds:
       ``initial_delay * multiplier ** (retry - 1)``, capped at ``max_delay`` (delays 0 to
       86400 s, one day; multiplier 1 to 100).
+    - ``throttle_delay``: the throttle schedule's first delay (0 to 86400 s); it grows by the
+      same ``multiplier`` and stops at the same ``max_delay``.
     - ``jitter``: full jitter (a uniform draw in ``[0, delay]``) so that many workers hit by the
       same outage do not retry in lock step; turn it off for deterministic tests.
     - ``deadline``: bounds one operation's total time, sleeps included (``None``: no bound;
       else more than 0, at most a year). No sleep is started that would end past it.
-    - ``throttle_factor``: throttling errors (SlowDown, 429) wait this many times longer
-      (1 to 100).
+    - ``throttle_factor``: deprecated (1 to 100): the throttle schedule as ``initial_delay``
+      times this factor, its meaning before ``throttle_delay``; given, it sets
+      ``throttle_delay`` and warns.
 
     A value out of its range is a ``ValueError`` naming the field and the range.
+
+    Example::
+
+        RetryPolicy(max_attempts=8, initial_delay=0.05, throttle_delay=2.0, deadline=600)
     """
 
     max_attempts: int = 10
-    initial_delay: float = 1.0
+    initial_delay: float = 0.1
     multiplier: float = 2.0
     max_delay: float = 32.0
     jitter: bool = True
     deadline: float | None = None
-    throttle_factor: float = 2.0
+    throttle_delay: float = 1.0
+    throttle_factor: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_attempts", "initial_delay", "multiplier", "max_delay",
-                     "throttle_factor"):
+                     "throttle_delay"):
             _check_number(name, getattr(self, name))
         if not isinstance(self.jitter, bool):
             raise TypeError(f"RetryPolicy.jitter must be a bool, got {self.jitter!r}")
@@ -139,6 +165,14 @@ class RetryPolicy:
                 f"RetryPolicy.max_delay ({self.max_delay!r}) must be >= "
                 f"initial_delay ({self.initial_delay!r})"
             )
+        if self.throttle_factor is not None:
+            _check_number("throttle_factor", self.throttle_factor)
+            warnings.warn("RetryPolicy.throttle_factor is deprecated: set throttle_delay (the "
+                          "throttle schedule's first delay, in seconds) instead",
+                          DeprecationWarning, stacklevel=3)
+            # the old meaning, kept: throttles wait `throttle_factor` times the transient delay
+            object.__setattr__(self, "throttle_delay", self.initial_delay * self.throttle_factor)
+            object.__setattr__(self, "throttle_factor", None)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -160,11 +194,12 @@ class RetryPolicy:
 
     def delay(self, retry: int, *, throttled: bool = False,
               rng: random.Random | None = None) -> float:
-        """Seconds to sleep before retry number ``retry`` (1 for the first retry)."""
+        """Seconds to sleep before retry number ``retry`` (1 for the first retry), on the
+        throttle schedule when ``throttled``, else on the transient one."""
         if retry < 1:
             raise ValueError(f"retry must be >= 1, got {retry}")
-        factor = self.initial_delay * (self.throttle_factor if throttled else 1.0)
-        schedule = backoff.expo(base=self.multiplier, factor=factor, max_value=self.max_delay)
+        first = self.throttle_delay if throttled else self.initial_delay
+        schedule = backoff.expo(base=self.multiplier, factor=first, max_value=self.max_delay)
         next(schedule)  # backoff generators are primed with one send(None)
         for _ in range(min(retry, 64) - 1):
             next(schedule)

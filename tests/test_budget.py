@@ -242,7 +242,7 @@ def test_bucket_is_thread_safe():
 
 def test_throttles_wait_on_the_longer_schedule(target):
     policy = RetryPolicy(max_attempts=4, initial_delay=0.001, max_delay=1, jitter=False,
-                         throttle_factor=3)
+                         throttle_delay=0.003)
     store = FaultyFileSystem(pafs.LocalFileSystem())
     fs = retryfs.RetryingFileSystem(store, policy)
     delays: list[tuple[bool, float]] = []
@@ -294,7 +294,8 @@ def test_retry_after_is_read_from_every_client():
 
 
 def test_retry_after_sets_the_delay_within_max_delay(target, caplog):
-    policy = RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=0.05, jitter=False)
+    policy = RetryPolicy(max_attempts=3, initial_delay=0.001, throttle_delay=0.001,
+                         max_delay=0.05, jitter=False)
     store = FaultyFileSystem(pafs.LocalFileSystem())
     fs = retryfs.RetryingFileSystem(store, policy)
     events = []

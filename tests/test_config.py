@@ -186,7 +186,8 @@ def test_layers_defaults_environment_code_url(monkeypatch, tmp_path):
     ({"max_delay": 1e300}, "max_delay"),
     ({"multiplier": 10**400}, "multiplier"),
     ({"deadline": 1e300}, "deadline"),
-    ({"throttle_factor": 1e6}, "throttle_factor"),
+    ({"throttle_delay": 1e6}, "throttle_delay"),
+    ({"throttle_delay": -1}, "throttle_delay"),
     ({"max_attempts": 0}, "max_attempts"),
     ({"initial_delay": math.nan}, "initial_delay"),
     ({"max_delay": math.inf}, "max_delay"),
@@ -210,14 +211,14 @@ def test_huge_numbers_in_a_url_are_value_errors_naming_the_parameter(query, name
 
 @given(max_attempts=st.integers(1, 10**6), initial_delay=st.floats(0, 86_400),
        multiplier=st.floats(1, 100), extra=st.floats(0, 86_400),
-       throttle_factor=st.floats(1, 100), retry=st.integers(1, 10**6),
+       throttle_delay=st.floats(0, 86_400), retry=st.integers(1, 10**6),
        throttled=st.booleans())
 def test_the_schedule_never_overflows(max_attempts, initial_delay, multiplier, extra,
-                                      throttle_factor, retry, throttled):
+                                      throttle_delay, retry, throttled):
     max_delay = min(86_400.0, initial_delay + extra)
     policy = RetryPolicy(max_attempts=max_attempts, initial_delay=initial_delay,
                          multiplier=multiplier, max_delay=max_delay, jitter=False,
-                         throttle_factor=throttle_factor)
+                         throttle_delay=throttle_delay)
     delay = policy.delay(retry, throttled=throttled)
     assert math.isfinite(delay) and 0 <= delay <= max_delay
 

@@ -109,7 +109,7 @@ def test_deadline_bounds_total_time_and_never_sleeps_past_it(faulty):
 def test_throttling_uses_the_longer_schedule(faulty):
     slept = []
     fs = RetryingFileSystem(faulty, RetryPolicy(max_attempts=3, initial_delay=0.001,
-                                                max_delay=1, jitter=False, throttle_factor=8))
+                                                max_delay=1, jitter=False, throttle_delay=0.008))
     fs.retry_handler.retrier.sleep = slept.append
     faulty.inject("get_file_info", errors.throttle(), times=2)
     fs.get_file_info("d/f")

@@ -30,7 +30,7 @@ from retryfs.engine import (
 from retryfs.stats import RetryEvent, RetryStats
 
 POLICY = RetryPolicy(max_attempts=3, initial_delay=0.5, multiplier=2, max_delay=10,
-                     jitter=False, throttle_factor=3)
+                     jitter=False, throttle_delay=1.5)
 
 
 def make(policy: RetryPolicy = POLICY, clock: Clock | None = None,

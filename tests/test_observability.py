@@ -18,7 +18,7 @@ from retryfs.testing import FaultyFileSystem, errors
 
 # Delays that show in a log line ("0.01s") and still cost nothing to wait out.
 VISIBLE = RetryPolicy(max_attempts=3, initial_delay=0.01, multiplier=2, max_delay=0.04,
-                      jitter=False)
+                      jitter=False, throttle_delay=0.02)
 
 
 @pytest.fixture
@@ -310,7 +310,8 @@ def test_a_failing_hook_never_fails_the_io(store, caplog):
 
 # -- test mode -----------------------------------------------------------------------------
 
-SLOW = RetryPolicy(max_attempts=4, initial_delay=60, max_delay=600, jitter=False)
+SLOW = RetryPolicy(max_attempts=4, initial_delay=60, max_delay=600, jitter=False,
+                   throttle_delay=120)
 
 
 def test_no_sleep_skips_the_backoff_but_counts_everything(store):
@@ -325,7 +326,7 @@ def test_no_sleep_skips_the_backoff_but_counts_everything(store):
         assert fs.get_file_info(f"{base}/model.pt").size == 1000  # 3 x minutes: at once
     snap = fs.stats.snapshot()
     assert snap["retries"] == 3 and snap["recovered"] == 1 and snap["sleep_seconds"] == 0
-    assert delays == [120, 240, 480]  # the schedule it would have slept: 2x for throttling
+    assert delays == [120, 240, 480]  # the throttle schedule it would have slept
     from retryfs.engine import sleeping_disabled
     assert not sleeping_disabled()
 

@@ -9,8 +9,8 @@ from retryfs.policy import resolve_overrides
 
 def test_defaults_match_the_contract():
     p = RetryPolicy()
-    assert (p.max_attempts, p.initial_delay, p.multiplier, p.max_delay, p.jitter, p.deadline) == (
-        10, 1.0, 2.0, 32.0, True, None)
+    assert (p.max_attempts, p.initial_delay, p.multiplier, p.max_delay, p.jitter, p.deadline,
+            p.throttle_delay) == (10, 0.1, 2.0, 32.0, True, None, 1.0)
 
 
 def test_policy_is_immutable_and_hashable():
@@ -33,6 +33,8 @@ def test_policy_is_immutable_and_hashable():
     ("deadline", "10", TypeError),
     ("jitter", "yes", TypeError),
     ("throttle_factor", 0.1, ValueError),
+    ("throttle_delay", -0.5, ValueError),
+    ("throttle_delay", float("nan"), ValueError),
 ])
 def test_bad_values_are_rejected_naming_the_field(field, value, error):
     with pytest.raises(error, match=field):
@@ -86,8 +88,26 @@ def test_the_schedule_grows_by_the_multiplier():
 
 
 def test_throttled_schedule_is_longer_but_capped():
-    p = RetryPolicy(initial_delay=0.5, multiplier=2, max_delay=10, jitter=False, throttle_factor=4)
+    p = RetryPolicy(initial_delay=0.5, multiplier=2, max_delay=10, jitter=False, throttle_delay=2)
     assert [p.delay(n, throttled=True) for n in range(1, 5)] == [2.0, 4.0, 8.0, 10.0]
+
+
+def test_the_default_schedules_by_kind_of_failure():
+    """A transient fault is retried in 100 ms, doubling (object_store's base); a throttle in
+    1 s, doubling (botocore's throttling base); both stop at 32 s."""
+    p = RetryPolicy(jitter=False)
+    assert [p.delay(n) for n in range(1, 11)] == [
+        0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 32.0]
+    assert [p.delay(n, throttled=True) for n in range(1, 8)] == [
+        1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 32.0]
+
+
+def test_throttle_factor_is_deprecated_and_keeps_its_meaning():
+    with pytest.warns(DeprecationWarning, match="throttle_delay"):
+        p = RetryPolicy(initial_delay=0.5, max_delay=10, jitter=False, throttle_factor=4)
+    assert p.throttle_delay == 2.0 and p.delay(1, throttled=True) == 2.0
+    assert p.throttle_factor is None  # folded into throttle_delay: a copy does not warn again
+    assert pickle.loads(pickle.dumps(p)) == p and p.replace(max_attempts=3).throttle_delay == 2.0
 
 
 def test_full_jitter_stays_within_the_schedule():
@@ -106,7 +126,7 @@ def test_replace_validates_and_names_unknown_fields():
         p.replace(max_tries=3)
     assert str(raised.value) == (
         "unknown RetryPolicy field(s) ['max_tries']; valid: max_attempts, initial_delay, "
-        "multiplier, max_delay, jitter, deadline, throttle_factor")
+        "multiplier, max_delay, jitter, deadline, throttle_delay, throttle_factor")
     with pytest.raises(ValueError, match="max_attempts"):
         p.replace(max_attempts=0)
 

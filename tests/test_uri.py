@@ -27,11 +27,17 @@ pytestmark = pytest.mark.usefixtures("clean_retryfs_env")
 def _observed(fs: RetryingFileSystem, name: str):
     """What parameter ``name`` set on a wrapper."""
     handler = fs.retry_handler
-    if name in RetryPolicy.field_names():
-        return getattr(handler.policy, name)
     group, _, field = name.partition("_")
-    if group in GROUPS and field in RetryPolicy.field_names():
-        return getattr(handler.policy_for(group), field)
+    if name in RetryPolicy.field_names():
+        policy, field = handler.policy, name
+    elif group in GROUPS and field in RetryPolicy.field_names():
+        policy = handler.policy_for(group)
+    else:
+        policy = None
+    if policy is not None and field == "throttle_factor":  # deprecated: sets throttle_delay
+        return round(policy.throttle_delay / policy.initial_delay, 9)
+    if policy is not None:
+        return getattr(policy, field)
     if name == "backend":
         return "fsspec" if isinstance(fs.unwrap(), FsspecLocal) else "arrow"
     if name == "retryable_messages":
@@ -50,8 +56,8 @@ def _observed(fs: RetryingFileSystem, name: str):
 
 
 _EXPECTED = {
-    "max_attempts": 8, "initial_delay": 0.5, "multiplier": 3.0, "max_delay": 30.0,
-    "jitter": False, "deadline": 120.0, "throttle_factor": 4.0, "backend": "fsspec",
+    "max_attempts": 8, "initial_delay": 0.05, "multiplier": 3.0, "max_delay": 30.0,
+    "jitter": False, "deadline": 120.0, "throttle_delay": 2.0, "throttle_factor": 4.0, "backend": "fsspec",
     "verify_writes": False, "spool_memory": 128 * 1024 * 1024,
     "retryable_messages": ("Connection closed", "AWS Error UNKNOWN"), "budget": False,
     "timeout": (30.0, 30.0), "read_timeout": 10.0, "metadata_timeout": 10.0,
