@@ -25,6 +25,7 @@ from .errors import (
 )
 from .fsspec import RetryFileSystem
 from .policy import RetryPolicy
+from .ratelimit import RateLimit
 from .redact import redact
 from .stats import RetryEvent, RetryStats
 from .transfer import CopyResult, copy
@@ -43,6 +44,7 @@ __all__ = [
     "Decision",
     "ErrorClassifier",
     "InnerFileClosedError",
+    "RateLimit",
     "RetryBudget",
     "RetryEvent",
     "RetryFileSystem",

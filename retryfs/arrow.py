@@ -37,6 +37,7 @@ from .parts import retry_parts_in_place
 from .placeholders import EmptyAtOpen, creates_empty_at_open
 from .policy import OPERATION_GROUPS, RetryPolicy
 from .proof import UNKNOWN, Proofs, WriteDigest, arrow_state, is_new, read_md5
+from .ratelimit import RateLimiter, limiter_for
 from .redact import redact
 from .stats import RetryStats
 from .streams import ReplayableOutputStream, ResumableInputFile
@@ -222,7 +223,8 @@ class RetryingHandler(pafs.FileSystemHandler):
         budget = config.budget
         bucket = bucket_for(self.inner, budget) if budget is not None else None
         self.retrier = Retrier(self.policy_for, config.effective_classifier, self.stats,
-                               budget=bucket, timeouts=self.timeouts)
+                               budget=bucket, timeouts=self.timeouts,
+                               limiter=limiter_for(self.inner, config.rate_limit))
         if self.timeouts:
             self._call = self._timed_call  # type: ignore[method-assign]
 
@@ -318,6 +320,8 @@ class RetryingHandler(pafs.FileSystemHandler):
             return self._call("get_file_info", _label(paths), self.inner.get_file_info, paths)
         retrier = self.retrier
         started = retrier.clock()  # the deadline counts the first attempt too
+        if retrier.limiter is not None:
+            retrier.pace("get_file_info", started)
         try:
             infos = self.inner.get_file_info(paths)
         except Exception as exc:  # noqa: BLE001 - classified by the retrier
@@ -624,8 +628,8 @@ class RetryingFileSystem(pafs.PyFileSystem):
                  config: WrapperConfig | None = None, **options: Any) -> None:
         """``options``: the options of `WrapperConfig` (``classifier``, ``retryable_messages``,
         ``per_operation``, ``stats``, ``verify_writes``, ``spool_memory``, ``budget``,
-        ``timeout``, ``native_attempts``, ``native_write_attempts``), over ``config`` when it
-        is given."""
+        ``rate_limit``, ``timeout``, ``native_attempts``, ``native_write_attempts``,
+        ``write_timeout``, ``min_throughput``), over ``config`` when it is given."""
         handler = fs if isinstance(fs, RetryingHandler) else RetryingHandler(
             fs, policy, config=config, **options)
         super().__init__(handler)
@@ -660,6 +664,11 @@ class RetryingFileSystem(pafs.PyFileSystem):
     def retry_budget(self) -> TokenBucket | None:
         """The live retry budget of the wrapped endpoint in this process (None: no budget)."""
         return self.retry_handler.retrier.budget
+
+    @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """The live rate limiter of the wrapped endpoint in this process (None: ``"off"``)."""
+        return self.retry_handler.retrier.limiter
 
     # Python callers get the handler's stream itself (not Arrow's copy of it, which has lost
     # the metadata); Arrow's own callers (copy_files, datasets) go through the handler as usual.

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.fs as pafs
+from fsspec.implementations.arrow import ArrowFSWrapper
 
 from .redact import redact
 
@@ -190,6 +191,8 @@ def endpoint_of(fs: Any) -> tuple[Hashable, str]:
         key = (fs.type_name, _freeze(options))
         shown = ",".join(f"{k}={v}" for k, v in options.items())
         return key, redact(f"{fs.type_name}({shown})" if shown else fs.type_name)
+    if isinstance(fs, ArrowFSWrapper):  # fsspec's adapter of a pyarrow filesystem
+        return endpoint_of(fs.fs)
     protocol = getattr(fs, "protocol", None)
     if protocol is not None:  # fsspec
         storage = getattr(fs, "storage_options", {}) or {}

@@ -26,6 +26,7 @@ from typing import Any
 from .budget import RetryBudget, normalize_budget
 from .classify import ErrorClassifier
 from .policy import ALL_OPERATION_GROUPS, GROUPS, RetryPolicy, resolve_overrides
+from .ratelimit import RateLimit, normalize_rate_limit
 from .stats import RetryStats
 from .timeouts import (
     DEFAULT_MIN_THROUGHPUT,
@@ -58,7 +59,7 @@ _ENV_PREFIX = "RETRYFS_"
 
 #: The options of a wrapper, in the order of `WrapperConfig`'s fields.
 OPTIONS: tuple[str, ...] = ("policy", "per_operation", "classifier", "retryable_messages",
-                            "verify_writes", "spool_memory", "budget", "timeout",
+                            "verify_writes", "spool_memory", "budget", "rate_limit", "timeout",
                             "native_attempts", "native_write_attempts", "write_timeout",
                             "min_throughput", "stats")
 
@@ -77,7 +78,8 @@ class WrapperConfig:
       (a mapping of fields is applied over ``policy``).
     - ``classifier`` and ``retryable_messages`` (extra texts that mean transient).
     - ``verify_writes`` (bool), ``spool_memory`` (bytes >= 0), ``budget`` (a `RetryBudget`,
-      True for the default one, False/None for none), ``timeout`` (seconds per attempt of the
+      True for the default one, False/None for none), ``rate_limit`` (a `RateLimit`, or its
+      mode ``"auto"``, ``"on"``, ``"off"``; True/False), ``timeout`` (seconds per attempt of the
       read and metadata operations, or ``{group or operation: seconds}``), ``native_attempts``
       (1 to 100, or None: leave the client's own retries alone), ``native_write_attempts``
       (the same for the requests of write streams; None: 3 when ``native_attempts`` is set, so
@@ -103,6 +105,7 @@ class WrapperConfig:
     verify_writes: bool = True
     spool_memory: int = DEFAULT_SPOOL_MEMORY
     budget: Any = True
+    rate_limit: Any = "auto"
     timeout: Any = None
     native_attempts: int | None = None
     native_write_attempts: int | None = None
@@ -140,6 +143,7 @@ class WrapperConfig:
         if isinstance(budget, str):
             budget = _checked("budget", _bool, budget)
         put("budget", normalize_budget(budget))
+        put("rate_limit", _checked("rate_limit", normalize_rate_limit, self.rate_limit))
         put("timeout", _timeout_spec(self.timeout))
         put("native_attempts", _checked("native_attempts", _native_attempts,
                                         self.native_attempts))
@@ -191,6 +195,7 @@ class WrapperConfig:
     def _key(self) -> tuple[Any, ...]:
         return (self.policy, tuple(sorted(self.per_operation.items())), self.classifier,
                 self.retryable_messages, self.verify_writes, self.spool_memory, self.budget,
+                self.rate_limit,
                 tuple(sorted(self.timeout.items())), self.native_attempts,
                 self.native_write_attempts, self.write_timeout, self.min_throughput)
 
@@ -362,6 +367,13 @@ def _messages(value: Any) -> tuple[str, ...]:
     return tuple(part for part in str(value).split("|") if part)
 
 
+def _rate_limit(value: Any) -> Any:
+    """A `RateLimit` as it is, else its mode (``auto``, ``on``, ``off``, or a bool)."""
+    if isinstance(value, RateLimit):
+        return value
+    return normalize_rate_limit(value).mode
+
+
 def _budget(value: Any) -> Any:
     """A `RetryBudget` or a mapping of its fields as they are, else a bool."""
     if isinstance(value, (RetryBudget, Mapping)):
@@ -460,6 +472,10 @@ def _build_parameters() -> dict[str, Parameter]:
     params["budget"] = Parameter(
         "budget", _budget, "true", "false",
         "the per-endpoint retry budget (token bucket) that stops retry storms in an outage")
+    params["rate_limit"] = Parameter(
+        "rate_limit", _rate_limit, "auto", "on",
+        "client-side rate limiting per endpoint under throttling: `auto` (engaged after 3 "
+        "throttles in 5 s), `on` (at the first throttle), `off`")
     params["timeout"] = Parameter(
         "timeout", _timeout, "none", "30",
         "per-attempt timeout in seconds of read and metadata operations (an attempt that "
@@ -637,7 +653,7 @@ def config_from_options(options: Mapping[str, Any]) -> Layer:
 
 # -- the layered merge ---------------------------------------------------------------------------
 
-_SCALARS = ("verify_writes", "spool_memory", "budget", "native_attempts",
+_SCALARS = ("verify_writes", "spool_memory", "budget", "rate_limit", "native_attempts",
             "native_write_attempts", "write_timeout", "min_throughput")
 
 

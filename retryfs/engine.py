@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from .budget import TokenBucket
 from .classify import Classifier, Decision, exception_chain
 from .policy import RetryPolicy
+from .ratelimit import RateLimiter
 from .stats import RetryEvent, RetryStats
 from .timeouts import AttemptTimeoutError, wait_for_attempt
 
@@ -198,7 +199,9 @@ class Retrier:
     ``policy_for(operation)`` picks the policy of an operation (per-operation overrides);
     ``reconcile(exc)``, given per call, turns an error seen on a *retry* into success when the
     first attempt may already have done the work (a delete that now finds nothing).
-    ``budget`` is the endpoint's :class:`~retryfs.budget.TokenBucket` (``None``: unlimited).
+    ``budget`` is the endpoint's :class:`~retryfs.budget.TokenBucket` (``None``: unlimited);
+    ``limiter`` its :class:`~retryfs.ratelimit.RateLimiter` (``None``: no pacing), told of every
+    throttle and success and asked before every attempt.
     ``timeouts`` maps operation names to per-attempt timeouts in seconds; the sync faces apply
     them where an attempt can be abandoned safely, :meth:`acall` applies them itself.
     """
@@ -214,6 +217,7 @@ class Retrier:
         budget: TokenBucket | None = None,
         timeouts: Mapping[str, float] | None = None,
         async_sleep: Callable[[float], Awaitable[None]] | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.policy_for = policy_for
         self.classifier = classifier
@@ -223,6 +227,7 @@ class Retrier:
         self.budget = budget
         self.timeouts: dict[str, float] = dict(timeouts or {})
         self.async_sleep = async_sleep
+        self.limiter = limiter
 
     # -- sync ------------------------------------------------------------------------------------
     def call(
@@ -235,6 +240,8 @@ class Retrier:
         **kwargs: Any,
     ) -> T:
         started = self.clock()  # the deadline counts the first attempt too
+        if self.limiter is not None:
+            self.pace(operation, started)
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - every failure is classified
@@ -256,6 +263,46 @@ class Retrier:
         budget = self.budget
         if budget is not None and budget.available < budget.capacity:
             budget.release(budget.config.success_refund)
+        limiter = self.limiter
+        if limiter is not None and limiter.engaged:
+            limiter.succeeded(self.clock())
+
+    def pace(self, operation: str, started: float) -> None:
+        """Wait for the rate limiter's token before an attempt (at once while it is
+        disengaged); never past the operation's end, never in test mode."""
+        for wait in self._pacing(operation, started):
+            self.sleep(wait)
+
+    async def apace(self, operation: str, started: float) -> None:
+        """`pace` for the async face: the waits are awaited."""
+        for wait in self._pacing(operation, started):
+            await (self.async_sleep or asyncio.sleep)(wait)
+
+    def _pacing(self, operation: str, started: float) -> Iterator[float]:
+        """The waits before an attempt may go (the driver sleeps or awaits each one)."""
+        limiter = self.limiter
+        assert limiter is not None
+        end: float | None = None
+        waited = 0.0
+        try:
+            while True:
+                now = self.clock()
+                wait = limiter.before_send(now)
+                if wait <= 0 or sleeping_disabled():
+                    return
+                end = self._pace_end(operation, started) if end is None else end
+                if now >= end:  # the limiter never holds an operation past its end
+                    return
+                wait = min(wait, end - now)
+                yield wait
+                waited += wait
+        finally:
+            if waited:
+                limiter.note_wait(waited)
+
+    def _pace_end(self, operation: str, started: float) -> float:
+        end = self._end(self.policy_for(operation), started)
+        return math.inf if end is None else end
 
     def _end(self, policy: RetryPolicy, started: float) -> float | None:
         """When an operation that started at ``started`` must be done: its own deadline or the
@@ -273,6 +320,8 @@ class Retrier:
         if decision is Decision.FAIL:
             return _Step(None)
         throttled = decision is Decision.THROTTLE
+        if throttled and self.limiter is not None:
+            self.limiter.throttled(self.clock())
         delay = policy.delay(attempt, throttled=throttled)
         retry_after = retry_after_of(error)
         if retry_after is not None:
@@ -304,6 +353,9 @@ class Retrier:
 
     def _succeeded(self, operation: str, attempts: int, last_cost: int) -> None:
         self.stats.record_success(operation, attempts)
+        limiter = self.limiter
+        if limiter is not None and limiter.engaged:
+            limiter.succeeded(self.clock())
         budget = self.budget
         if budget is not None:  # botocore: a recovered call gives back its last retry's cost
             # (release() returns at once, without a lock, while the bucket is full; a call
@@ -335,6 +387,8 @@ class Retrier:
         try:
             while True:
                 call.waited(_waited(self.sleep, call.after(error)), error)
+                if self.limiter is not None:
+                    self.pace(operation, started)
                 try:
                     result = fn(*args, **kwargs)
                 except Exception as exc:  # noqa: BLE001
@@ -414,6 +468,8 @@ class Retrier:
             return wait_for_attempt(fn(*args, **kwargs), timeout, operation, path)
 
         started = self.clock()  # the deadline counts the first attempt too
+        if self.limiter is not None:
+            await self.apace(operation, started)
         try:
             result = await attempt()
         except Exception as exc:  # noqa: BLE001 - every failure is classified
@@ -434,6 +490,8 @@ class Retrier:
                     except Exception as failed:  # noqa: BLE001 - the storage error is raised
                         wait_error = failed
                 call.waited(wait_error, error)
+                if self.limiter is not None:
+                    await self.apace(operation, started)
                 try:
                     result = await attempt()
                 except Exception as exc:  # noqa: BLE001

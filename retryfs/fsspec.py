@@ -83,6 +83,7 @@ from .proof import (
     state_before,
     verdict,
 )
+from .ratelimit import RateLimiter, limiter_for
 from .redact import redact, register_option_secrets
 from .stats import RetryStats
 from .timeouts import timed, write_attempt_timeout, writes_locally
@@ -177,8 +178,9 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
     (``write_max_attempts=20``; groups: metadata, read, write, delete, move), ``per_operation``
     (``{"write": {...}, "cat_file": RetryPolicy(...)}``), ``classifier``,
     ``retryable_messages``, ``stats``, ``verify_writes`` (default true), ``spool_memory``
-    (bytes, default 32 MiB), ``budget`` (default true), ``timeout`` (seconds per attempt of
-    read and metadata calls, or ``{group: seconds}``). Values may be strings, as they come from
+    (bytes, default 32 MiB), ``budget`` (default true), ``rate_limit`` (``auto``, ``on`` or
+    ``off``; default ``auto``), ``timeout`` (seconds per attempt of read and metadata calls, or
+    ``{group: seconds}``). Values may be strings, as they come from
     fsspec's configuration (``FSSPEC_RETRY_MAX_ATTEMPTS=8``); ``RETRYFS_*`` environment
     variables set the defaults. An unknown option is a ``ValueError`` that lists the valid ones.
 
@@ -276,7 +278,8 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         budget = config.budget
         bucket = bucket_for(self.fs, budget) if budget is not None else None
         self.retrier = Retrier(self._policy_for, config.effective_classifier, self.stats,
-                               budget=bucket, timeouts=self._timeouts)
+                               budget=bucket, timeouts=self._timeouts,
+                               limiter=limiter_for(self.fs, config.rate_limit))
 
     @property
     def policy(self) -> RetryPolicy:
@@ -307,6 +310,11 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
     @property
     def budget(self) -> RetryBudget | None:
         return self.retry_config.budget
+
+    @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """The live rate limiter of the wrapped endpoint in this process (None: ``"off"``)."""
+        return self.retrier.limiter
 
     @property
     def timeout(self) -> Mapping[str, float] | None:

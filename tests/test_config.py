@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import retryfs
 from retryfs import (
     ErrorClassifier,
+    RateLimit,
     RetryBudget,
     RetryFileSystem,
     RetryingFileSystem,
@@ -36,6 +37,7 @@ EVERY_OPTION = dict(
     verify_writes=False,
     spool_memory=1024,
     budget=RetryBudget(capacity=40),
+    rate_limit=RateLimit(mode="on", throttles=5),
     timeout={"metadata": 7.0},
     native_attempts=2,
     native_write_attempts=4,

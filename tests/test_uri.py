@@ -52,6 +52,8 @@ def _observed(fs: RetryingFileSystem, name: str):
         return handler.timeouts.get("get_file_info")
     if name in ("write_timeout", "min_throughput"):
         return getattr(handler.config, name)
+    if name == "rate_limit":
+        return handler.config.rate_limit.mode
     return getattr(handler, name)  # verify_writes, spool_memory
 
 
@@ -62,7 +64,7 @@ _EXPECTED = {
     "retryable_messages": ("Connection closed", "AWS Error UNKNOWN"), "budget": False,
     "timeout": (30.0, 30.0), "read_timeout": 10.0, "metadata_timeout": 10.0,
     "native_attempts": 3, "native_write_attempts": 1, "write_timeout": 120.0,
-    "min_throughput": 262144.0,
+    "min_throughput": 262144.0, "rate_limit": "on",
 }
 
 
