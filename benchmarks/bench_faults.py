@@ -15,6 +15,11 @@ against the same client's fault-free run. Clients, each with its own retries as 
 - Ray Data's ``RetryingPyFileSystem`` over pyarrow's ``S3FileSystem`` (3 SDK attempts);
 - obstore (Rust ``object_store``; ``RetryConfig`` at its defaults: 10 retries, 100 ms to 15 s).
 
+A second table puts the same clients through a throttle storm: every request answered 503
+SlowDown for some seconds from the upload's first object write on, then healthy. It reports the requests each client
+sent into the storm per second, the requests it sent per request the fault-free run needed,
+and its time; retryfs appears twice, with its rate limiter (``auto``, the default) and without.
+
 Usage: python -m benchmarks.bench_faults [--quick]
 """
 
@@ -30,6 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -122,9 +128,12 @@ def _obstore_client(endpoint: S3FaultEndpoint) -> Client | None:
     return Client("obstore (own RetryConfig)", upload, download)
 
 
-def clients(endpoint: S3FaultEndpoint) -> list[Client]:
-    found = [
-        _arrow_client("retryfs", retryfs.from_uri(endpoint.uri(BUCKET))[0]),
+def clients(endpoint: S3FaultEndpoint, *, unlimited: bool = False) -> list[Client]:
+    found = [_arrow_client("retryfs", retryfs.from_uri(endpoint.uri(BUCKET))[0])]
+    if unlimited:
+        found.append(_arrow_client("retryfs, rate_limit=off", retryfs.from_uri(
+            endpoint.uri(BUCKET, retry_rate_limit="off"))[0]))
+    found += [
         _arrow_client("pyarrow S3 (own retries)", endpoint.pyarrow_fs(max_attempts=3)),
         _s3fs_client(endpoint),
     ]
@@ -144,6 +153,7 @@ class Trial:
     served_per_read: float  # response body bytes of the download / bytes of the tree
     seconds: float
     faults: int
+    requests: int = 0  # requests the endpoint received, upload and download
     error: str = ""
 
 
@@ -155,22 +165,40 @@ def _digests(root: str) -> dict[str, str]:
     return out
 
 
+class _Storm:
+    """Every request throttled for ``seconds`` from the first object write on (the lanes of
+    the upload busy), then none."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ends: float | None = None
+
+    def __call__(self, request: Any) -> bool:
+        if self.ends is None and request.op in ("PutObject", "CreateMultipartUpload"):
+            self.ends = time.monotonic() + self.seconds
+        return self.ends is not None and time.monotonic() < self.ends
+
+
 def trial(endpoint: S3FaultEndpoint, client: Client, src: str, want: dict[str, str],
-          work: str, rate: float, seed: int) -> Trial:
+          work: str, rate: float, seed: int, storm: float = 0.0) -> Trial:
     endpoint.reset()
     endpoint.create_bucket(BUCKET)
     if rate:
         endpoint.add_fault(S3Fault.reset(probability=rate / 2, seed=seed))
         endpoint.add_fault(S3Fault.slow_down(probability=rate / 2, seed=seed + 7919))
+    if storm:
+        endpoint.add_fault(S3Fault.slow_down(when=_Storm(storm)))
     nbytes = sum(os.path.getsize(os.path.join(src, n)) for n in want)
     dest = f"{BUCKET}/ckpt"
     local = os.path.join(work, "down")
     started = time.perf_counter()
     error = ""
     sent = served = 0.0
+    requests = 0
     try:
         client.upload(src, dest)
         sent = sum(r.request_bytes for r in endpoint.requests())
+        requests = len(endpoint.requests())
         endpoint.reset_record()
         stored = {name: hashlib.sha256(endpoint.get_object(BUCKET, f"ckpt/{name}")).hexdigest()
                   for name in want}
@@ -178,6 +206,7 @@ def trial(endpoint: S3FaultEndpoint, client: Client, src: str, want: dict[str, s
             raise AssertionError("stored objects differ from the source")
         client.download(dest, local)
         served = sum(r.response_bytes for r in endpoint.requests(method="GET"))
+        requests += len(endpoint.requests())
         if _digests(local) != want:
             raise AssertionError("downloaded files differ from the source")
     except Exception as exc:  # noqa: BLE001 - a failed trial is a result
@@ -185,7 +214,17 @@ def trial(endpoint: S3FaultEndpoint, client: Client, src: str, want: dict[str, s
     seconds = time.perf_counter() - started
     faults = sum(endpoint.fired(f) for f in endpoint.faults)
     shutil.rmtree(local, ignore_errors=True)
-    return Trial(not error, sent / nbytes, served / nbytes, seconds, faults, error)
+    return Trial(not error, sent / nbytes, served / nbytes, seconds, faults, requests, error)
+
+
+def _spread(values: list[float], digits: int = 2) -> str:
+    """The median and, over several values, their range."""
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.{digits}f}"
+    return f"{med:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def under_faults(tree: Tree, rates: tuple[float, ...], trials: int) -> list[str]:
@@ -199,37 +238,62 @@ def under_faults(tree: Tree, rates: tuple[float, ...], trials: int) -> list[str]
             clean = [trial(endpoint, client, src, want, work, 0.0, 0)
                      for _ in range(1 if trials == 1 else 2)]
             base = statistics.median(t.seconds for t in clean)
+            needed = statistics.median(t.requests for t in clean)
             rows.append([client.name, "0%", f"{sum(t.completed for t in clean)}/{len(clean)}",
                          "0", f"{statistics.median(t.sent_per_stored for t in clean):.2f}",
                          f"{statistics.median(t.served_per_read for t in clean):.2f}",
-                         f"{base:.1f} s"])
+                         "1.00", f"{base:.2f} s"])
             for rate in rates:
                 done = [trial(endpoint, client, src, want, work, rate, seed)
                         for seed in range(1, trials + 1)]
                 ok = [t for t in done if t.completed]
                 failures += [f"{client.name} at {rate:.0%}: {t.error}" for t in done if t.error]
-
-                def spread(values: list[float], digits: int = 2) -> str:
-                    if not values:
-                        return "-"
-                    med = statistics.median(values)
-                    if len(values) == 1:
-                        return f"{med:.{digits}f}"
-                    return f"{med:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
-
                 rows.append([
                     client.name, f"{rate:.0%}", f"{len(ok)}/{len(done)}",
-                    spread([float(t.faults) for t in done], 0),
-                    spread([t.sent_per_stored for t in ok]),
-                    spread([t.served_per_read for t in ok]),
-                    spread([t.seconds / base for t in ok]) + " x",
+                    _spread([float(t.faults) for t in done], 0),
+                    _spread([t.sent_per_stored for t in ok]),
+                    _spread([t.served_per_read for t in ok]),
+                    _spread([t.requests / needed for t in ok]),
+                    _spread([t.seconds / base for t in ok]) + " x",
                 ])
     logging.getLogger("retryfs").setLevel(logging.NOTSET)
     title = (f"upload + download of {tree.describe()} on moto S3 with a seeded share of all "
              f"requests failing (half resets, half 503 SlowDown), {trials} trial(s) per rate; "
              "median (range) of the completed trials")
     lines = [table(title, ["client", "faults", "completed", "faults fired", "sent/stored",
-                           "served/read", "time vs fault-free"], rows)]
+                           "served/read", "requests/needed", "time vs fault-free"], rows)]
+    if failures:
+        lines.append("failed trials:\n" + "\n".join(f"  {f}" for f in failures))
+    return ["\n".join(lines)]
+
+
+def throttle_storm(tree: Tree, storm: float, trials: int) -> list[str]:
+    """Every request answered SlowDown for ``storm`` seconds from the upload's start."""
+    rows = []
+    failures = []
+    logging.getLogger("retryfs").setLevel(logging.ERROR)
+    with scratch("storm") as work, S3FaultEndpoint() as endpoint:
+        src = tree.make(os.path.join(work, "ckpt"))
+        want = _digests(src)
+        for client in clients(endpoint, unlimited=True):
+            clean = trial(endpoint, client, src, want, work, 0.0, 0)
+            done = [trial(endpoint, client, src, want, work, 0.0, seed, storm=storm)
+                    for seed in range(1, trials + 1)]
+            ok = [t for t in done if t.completed]
+            failures += [f"{client.name}: {t.error}" for t in done if t.error]
+            rows.append([
+                client.name, f"{len(ok)}/{len(done)}",
+                _spread([t.faults / storm for t in done], 1),
+                _spread([t.requests / clean.requests for t in ok]),
+                f"{clean.seconds:.2f} s",
+                _spread([t.seconds for t in ok]) + " s",
+            ])
+    logging.getLogger("retryfs").setLevel(logging.NOTSET)
+    title = (f"upload + download of {tree.describe()} on moto S3, every request answered 503 "
+             f"SlowDown for {storm:g} s from the first object write, {trials} trial(s); "
+             "median (range)")
+    lines = [table(title, ["client", "completed", "requests/s into the storm",
+                           "requests/needed", "fault-free", "time"], rows)]
     if failures:
         lines.append("failed trials:\n" + "\n".join(f"  {f}" for f in failures))
     return ["\n".join(lines)]
@@ -237,8 +301,9 @@ def under_faults(tree: Tree, rates: tuple[float, ...], trials: int) -> list[str]
 
 def run(quick: bool) -> list[str]:
     if quick:
-        return under_faults(QUICK_TREE, (0.01, 0.05), 1)
-    return under_faults(FULL_TREE, (0.01, 0.05), 3)
+        return (under_faults(QUICK_TREE, (0.01, 0.05), 1)
+                + throttle_storm(QUICK_TREE, 2.0, 1))
+    return under_faults(FULL_TREE, (0.01, 0.05), 3) + throttle_storm(FULL_TREE, 5.0, 3)
 
 
 if __name__ == "__main__":

@@ -474,7 +474,7 @@ def _build_parameters() -> dict[str, Parameter]:
         "the per-endpoint retry budget (token bucket) that stops retry storms in an outage")
     params["rate_limit"] = Parameter(
         "rate_limit", _rate_limit, "auto", "on",
-        "client-side rate limiting per endpoint under throttling: `auto` (engaged after 3 "
+        "client-side rate limiting per endpoint under throttling: `auto` (engaged after 10 "
         "throttles in 5 s), `on` (at the first throttle), `off`")
     params["timeout"] = Parameter(
         "timeout", _timeout, "none", "30",

@@ -45,7 +45,7 @@ class RateLimit:
 
     - ``mode``: ``"auto"`` (engaged after ``throttles`` throttles within ``window`` seconds),
       ``"on"`` (engaged at the first throttle, botocore's adaptive mode) or ``"off"``.
-    - ``throttles`` / ``window``: what a storm is, for ``"auto"`` (3 throttles in 5 s); also how
+    - ``throttles`` / ``window``: what a storm is, for ``"auto"`` (10 throttles in 5 s); also how
       long a quiet spell must last before an engaged limiter lets go (``window``).
     - ``min_rate``: the lowest fill rate, requests per second (botocore: 0.5).
     - ``beta``: the rate is multiplied by this at each throttle (botocore's CUBIC: 0.7).
@@ -53,7 +53,7 @@ class RateLimit:
     """
 
     mode: Mode = "auto"
-    throttles: int = 3
+    throttles: int = 10
     window: float = 5.0
     min_rate: float = 0.5
     beta: float = 0.7
