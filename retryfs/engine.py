@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .budget import TokenBucket
 from .classify import Classifier, Decision, exception_chain
@@ -41,7 +41,7 @@ from .ratelimit import RateLimiter
 from .stats import RetryEvent, RetryStats
 from .timeouts import AttemptTimeoutError, wait_for_attempt
 
-__all__ = ["AttemptTimeoutError", "Retrier", "no_sleep", "operation_end", "retry_after_of",
+__all__ = ["AttemptTimeoutError", "Lane", "Retrier", "holding", "no_sleep", "operation_end", "retry_after_of",
            "sleeping_disabled"]
 
 T = TypeVar("T")
@@ -573,12 +573,43 @@ class _Call:
         self.retrier._succeeded(self.operation, self.attempt, self.cost)
 
 
+class Lane(Protocol):
+    """Something a call holds that another could use while it sleeps out a backoff (a lane of
+    a threaded tree copy): given back before the sleep, taken again after it."""
+
+    def release(self) -> None: ...
+    def acquire(self) -> None: ...
+
+
+_held_lane: contextvars.ContextVar[Lane | None] = contextvars.ContextVar(
+    "retryfs_held_lane", default=None)
+
+
+@contextmanager
+def holding(lane: Lane) -> Iterator[None]:
+    """The retries of the calls made inside give ``lane`` back while they sleep."""
+    token = _held_lane.set(lane)
+    try:
+        yield
+    finally:
+        _held_lane.reset(token)
+
+
 def _waited(sleep: Callable[[float], None], seconds: float) -> Exception | None:
-    """Sleep; the exception the sleep raised, if any (``KeyboardInterrupt`` goes through)."""
+    """Sleep (the lane held, if any, given back meanwhile); the exception the sleep raised, if
+    any (``KeyboardInterrupt`` goes through)."""
+    lane = _held_lane.get()
+    if lane is not None and seconds > 0 and not sleeping_disabled():
+        lane.release()
+    else:
+        lane = None
     try:
         sleep(seconds)
     except Exception as exc:  # noqa: BLE001 - reported by the caller with the storage error
         return exc
+    finally:
+        if lane is not None:
+            lane.acquire()
     return None
 
 

@@ -46,7 +46,7 @@ import pyarrow.fs as pafs
 from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, one file
 
 from .commits import FailedCommits, report_commit, watching
-from .engine import Retrier, operation_end
+from .engine import Retrier, holding, operation_end
 from .errors import CommitInFlightError, CommitNotVisibleError
 from .local_batch import PlannedFile, SmallFileBatch, split_local
 from .locations import temporary_beside
@@ -114,8 +114,8 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
         batch, files = _small_file_batch(handler, source_fs, files)
     if batch is not None:
         batch.start()  # beside the big files' copies
-    failed = run_bounded(files, lambda file, release: _WatchedCopy(
-        handler, source_fs, *file, release, later).start())
+    failed = run_bounded(files, lambda file, lane: _WatchedCopy(
+        handler, source_fs, *file, lane, later).start())
     escaped = batch.wait() if batch is not None else []
     _check_later(handler, source_fs, destination_base, later, before)
     if failed or escaped:  # an error that escaped a file's copy (its failures are the guard's)
@@ -280,18 +280,43 @@ def _report(handler: CopyTarget, destination: str, error: BaseException | None) 
     report_commit(watching(), destination, error)
 
 
+class TreeLane:
+    """One of a threaded tree copy's ``pyarrow.io_thread_count()`` lanes, held by one file's
+    copy: given back when the copy ends, and while it sleeps out a backoff (another file's copy
+    runs meanwhile; the sleeper takes a lane again before its next attempt)."""
+
+    __slots__ = ("_slots", "_held", "_lock")
+
+    def __init__(self, slots: threading.Semaphore) -> None:
+        self._slots = slots
+        self._held = True  # taken by `run_bounded` before the copy starts
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+        self._slots.release()
+
+    def acquire(self) -> None:
+        self._slots.acquire()
+        with self._lock:
+            self._held = True
+
+
 def run_bounded(files: list[PlannedFile],
-                start: Callable[[PlannedFile, Callable[[], None]], Future[None]]
+                start: Callable[[PlannedFile, TreeLane], Future[None]]
                 ) -> list[tuple[str, Exception]]:
     """Every file of a threaded tree copy, ``pyarrow.io_thread_count()`` at a time, as Arrow's:
-    ``start(file, release)`` starts one and returns its outcome, calling ``release`` once when
-    its copy ends, however it ends. Every outcome is waited for; the failed ones are returned,
+    ``start(file, lane)`` starts one and returns its outcome, releasing ``lane`` when its copy
+    ends, however it ends. Every outcome is waited for; the failed ones are returned,
     ``(destination, error)`` in the listing's order."""
     slots = threading.Semaphore(max(1, pa.io_thread_count()))
     running: list[tuple[str, Future[None]]] = []
     for file in files:
-        slots.acquire()  # given back by the file's ``release``
-        running.append((file[1], start(file, slots.release)))
+        slots.acquire()  # given back by the file's lane
+        running.append((file[1], start(file, TreeLane(slots))))
     failed: list[tuple[str, Exception]] = []
     for destination, outcome in running:
         try:
@@ -396,18 +421,19 @@ class _WatchedCopy:
     first attempt outlives its timeout, the watchdog marks it abandoned (it stops at its next
     read or write and never commits, as `_attempt`'s abandoned ones) and hands the file's
     retries to a fresh worker, the attempt counted as timed out; the stalled worker's outcome is
-    ignored when it returns. ``outcome`` is set, and ``release`` called, once, when the file's
-    copy ends. With ``later``, a first attempt that commits joins it unchecked (see
-    `_copy_file`)."""
+    ignored when it returns. ``outcome`` is set, and ``lane`` released, once, when the file's
+    copy ends; its retries give the lane back while they sleep. With ``later``, a first attempt
+    that commits joins it unchecked (see `_copy_file`)."""
 
     def __init__(self, handler: CopyTarget, source_fs: pafs.FileSystem, source: str,
                  destination: str, buffer_size: int, size: int | None,
-                 release: Callable[[], None], later: list[_Unchecked] | None = None) -> None:
+                 lane: TreeLane, later: list[_Unchecked] | None = None) -> None:
         self.handler, self.source_fs = handler, source_fs
         self.source, self.destination = source, destination
         self.buffer_size, self.size = buffer_size, size
         self.outcome: Future[None] = Future()
-        self._release = release
+        self._lane = lane
+        self._release = lane.release
         self._ended = threading.Lock()
         self._unverified: list[Exception] = []
         self._later = later  # list.append is atomic: the workers share it without a lock
@@ -419,7 +445,8 @@ class _WatchedCopy:
 
     def run(self) -> None:
         try:
-            self._run()
+            with holding(self._lane):  # (the retries' context: `_run` copies it)
+                self._run()
         except BaseException as exc:  # noqa: BLE001 - handed to copy_files's thread
             self._end(None, exc)
 
