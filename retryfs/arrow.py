@@ -25,7 +25,7 @@ from .config import OPTIONS, WrapperConfig, check_operation_names
 from .engine import Retrier
 from .errors import UnfinishedDeleteError
 from .fsspec_handler import FsspecHandler
-from .iopool import PoolSafeOutputStream, writes_in_background
+from .iopool import PoolSafeOutputStream, holds_unsent_parts, writes_in_background
 from .native import resends_by_itself, with_native_attempts
 from .native_copy import copy_file_tree, copy_single_file, writes_through
 from .native_download import (
@@ -492,7 +492,9 @@ class RetryingHandler(pafs.FileSystemHandler):
         stream = self.writer.open_output_stream(path, metadata=metadata)
         # Its close waits for part uploads on Arrow's IO pool, which copy_files may have filled
         # with closes like this one (apache/arrow#15233): lend the pool a thread meanwhile.
-        return PoolSafeOutputStream(stream) if self._background_writes else stream
+        if not self._background_writes:
+            return stream
+        return PoolSafeOutputStream(stream, bounded=holds_unsent_parts(self.writer))
 
     def _open_input(self, operation: str, path: str, *, seekable: bool) -> pa.NativeFile:
         return InputFile(self.resumable_input(operation, path, seekable=seekable), mode="r")

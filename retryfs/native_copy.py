@@ -48,6 +48,7 @@ from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, on
 from .commits import FailedCommits, report_commit, watching
 from .engine import Retrier, holding, operation_end
 from .errors import CommitInFlightError, CommitNotVisibleError
+from .iopool import holds_unsent_parts, write_bounded
 from .local_batch import PlannedFile, SmallFileBatch, split_local
 from .locations import temporary_beside
 from .placeholders import EmptyAtOpen
@@ -646,7 +647,7 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
             empty.opened()
         return _pump(reader, writer, buffer_size, abandoned,
                      drop=discard if beside else abandon_stream, listed=listed,
-                     digest=digest, grown=grown)
+                     digest=digest, grown=grown, bounded=holds_unsent_parts(fs))
     except BaseException:
         if empty is not None:
             empty.remove()
@@ -656,7 +657,7 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
 def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
           abandoned: AttemptSignal, drop: Callable[[Any], None] = abandon_stream,
           listed: int | None = None, digest: WriteDigest | None = None,
-          grown: Callable[[], None] | None = None) -> int:
+          grown: Callable[[], None] | None = None, bounded: bool = False) -> int:
     """Bytes from ``reader`` into ``writer``, then the commit (its close).
 
     Only a whole copy is committed. When the *source* fails (or the attempt was abandoned),
@@ -673,8 +674,10 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
     each read asks for twice as much as the last, up to `SUB_READ` (or ``buffer_size``): not
     reads of its old size to the end (of one byte for a file listed empty; on S3 a GET
     each). ``digest`` takes every byte sent; ``grown`` is called once, when it passes
-    `retryfs.proof.HASHED` (before the commit)."""
-    size = 0
+    `retryfs.proof.HASHED` (before the commit). ``bounded``: written by
+    `retryfs.iopool.write_bounded` (backpressure: see `retryfs.iopool.holds_unsent_parts`).
+    """
+    size = unflushed = 0
     read_size, most = buffer_size, max(buffer_size, SUB_READ)
     while True:
         try:
@@ -689,7 +692,10 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
         if not buffer.size:
             break
         try:
-            writer.write(buffer)
+            if bounded:
+                unflushed = write_bounded(writer, buffer, unflushed)
+            else:
+                writer.write(buffer)
         except BaseException:
             discard(writer)
             raise

@@ -1,0 +1,74 @@
+"""Memory of a large upload is bounded by what is in flight, not by the object.
+
+pyarrow's S3 output stream queues a part for upload at each write and keeps it in memory until
+the network has taken it: a local source faster than the network piles the object up (no
+backpressure). retryfs flushes the stream every `retryfs.iopool.UNSENT_MAX` bytes (the flush
+waits for the queued parts) and hands a large write over in part-sized slices. Here every
+UploadPart is answered 0.3 s late, so the reads outrun the uploads; each upload runs in a fresh
+process, whose peak of Arrow's allocations (`pyarrow.default_memory_pool().max_memory()`) is
+measured: the bound holds with the backpressure and is broken without it (the same upload with
+the bound lifted), on both write paths (the copy data path and a stream's writes).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from retryfs.iopool import PART_SLICE, UNSENT_MAX
+from retryfs.testing import S3Fault
+
+MiB = 2**20
+SIZE = 320 * MiB
+COPY_CHUNK = 64 * MiB  # copy_files's read buffer (its chunk_size default, Ray Train's)
+
+_CHILD = """
+import json, sys
+import pyarrow as pa, pyarrow.fs as pafs
+import retryfs, retryfs.iopool
+uri, source, path, bounded = sys.argv[1:]
+if bounded == "off":
+    retryfs.iopool.UNSENT_MAX = 1 << 62
+fs, base = retryfs.from_uri(uri)
+before = pa.default_memory_pool().max_memory()
+destination = base + "/" + path + ".bin"
+if path == "copy":
+    pafs.copy_files(source, destination, destination_filesystem=fs)
+else:
+    with open(source, "rb") as src, fs.open_output_stream(destination) as out:
+        while block := src.read(8 << 20):
+            out.write(block)
+peak = pa.default_memory_pool().max_memory() - before
+print(json.dumps({"peak": peak, "size": fs.get_file_info(destination).size}))
+"""
+
+
+def _upload(endpoint, bucket: str, source: str, path: str, bounded: str) -> dict[str, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, endpoint.uri(bucket, retry_budget="false"), source, path,
+         bounded], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["copy", "stream"])
+def test_an_upload_holds_what_is_in_flight_not_the_object(s3_fault_endpoint, s3_fault_bucket,
+                                                          tmp_path, path):
+    source = tmp_path / "big.bin"
+    with open(source, "wb") as f:
+        f.truncate(SIZE)  # sparse: read at memory speed, far ahead of the uploads
+    s3_fault_endpoint.add_fault(S3Fault.delay(0.3, op="UploadPart"))
+    bounded = _upload(s3_fault_endpoint, s3_fault_bucket, str(source), path, "on")
+    unbounded = _upload(s3_fault_endpoint, s3_fault_bucket, str(source), path, "off")
+    assert bounded["size"] == unbounded["size"] == SIZE
+    # At most the unflushed window and one read in flight (a copy reads 64 MiB at a time).
+    assert bounded["peak"] <= UNSENT_MAX + COPY_CHUNK + PART_SLICE, bounded
+    # Without the flushes the same upload holds (nearly) the whole object.
+    assert unbounded["peak"] >= SIZE - COPY_CHUNK, unbounded
+    # ... and hands it over in part-sized slices: parts in parallel within the window.
+    parts = s3_fault_endpoint.requests("UploadPart")
+    assert parts and max(r.request_bytes for r in parts) <= PART_SLICE
