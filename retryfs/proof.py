@@ -139,7 +139,9 @@ def verdict(after: ObjectState | None, size: int, digest: WriteDigest | None,
             # another S3 ETag: another object, or these bytes as several parts or encrypted
             # with KMS (an ETag that is no MD5): the content decides
             return None
-    return before is UNKNOWN  # nothing to compare with (no ETag, no MD5): the size alone
+        if before is UNKNOWN:
+            return None  # no ETag, no MD5, no earlier state: the content decides
+    return before is UNKNOWN  # nothing to compare with, nothing hashed: the size alone
 
 
 def is_new(after: ObjectState | None, size: int, digest: WriteDigest | None, before: Any,

@@ -4,7 +4,8 @@ Hypothesis drives a `RuleBasedStateMachine`: writes, reads, moves, copies, delet
 listings and ``copy_files`` of trees, through both faces (the pyarrow `RetryingFileSystem` and
 the fsspec ``retry`` filesystem), over an in-memory store (pyarrow's ``_MockFileSystem``) behind
 a `FaultyFileSystem` that injects seeded faults of every kind: transient errors, throttling,
-resets, permanent errors, faults *applied then lost* (the work done, then the error), stalls, and
+resets, permanent errors, faults *applied then lost* (the work done, then the error), commits
+*acknowledged and lost* (success answered, nothing stored: the older object stays), stalls, and
 stalls that end in an error. A fault-free reference store runs the same operation through the
 same face's unwrapped equivalent (the mock itself, or fsspec's ``ArrowFSWrapper`` over it).
 
@@ -47,6 +48,7 @@ from pyarrow._fs import _MockFileSystem
 
 from retryfs import RetryingFileSystem, RetryPolicy
 from retryfs.classify import exception_chain
+from retryfs.errors import CommitNotVisibleError
 from retryfs.testing import FaultyFileSystem, errors
 
 DEADLINE = 3.0  # virtual seconds
@@ -71,7 +73,10 @@ KINDS: dict[str, tuple[Callable[[], BaseException] | None, bool, float | None]] 
     "stall": (None, False, 0.4),
     "long_stall": (None, False, 2.5),
     "stall_then_reset": (errors.reset(), False, 0.6),
+    "lost": (None, False, None),  # a commit acknowledged and never stored (see SILENT)
 }
+#: Kinds that report success and do nothing: the older object (or nothing) stays.
+SILENT = frozenset({"lost"})
 #: Where faults go (FaultyFileSystem operation names) and which kinds make sense there.
 TARGETS = {
     "get_file_info": ("network", "unavailable", "stall", "long_stall", "stall_then_reset"),
@@ -86,7 +91,7 @@ TARGETS = {
     "open_output_stream": ("network", "throttle", "long_stall"),
     "read": ("network", "reset", "applied_then_lost", "stall_then_reset"),
     "write": ("network", "throttle", "reset"),
-    "close": ("network", "applied_then_lost", "throttle", "stall", "denied"),
+    "close": ("network", "applied_then_lost", "throttle", "stall", "denied", "lost"),
 }
 
 
@@ -219,9 +224,12 @@ class Simulation(RuleBasedStateMachine):
         for op, kind, skip, times in faults:
             error, applied, stall = KINDS[kind]
             armed.append((kind, self.faulty.inject(op, error, skip=skip, times=times,
-                                                   applied=applied, stall=stall)))
+                                                   applied=applied, stall=stall,
+                                                   silent=kind in SILENT)))
             if error is not None:
                 armed_types.add(type(error()))
+            if kind in SILENT:  # lost on every attempt the deadline allows: not proven
+                armed_types.add(CommitNotVisibleError)
         calls_before = self._stats()["calls"]
         self.durations.clear()
         started = self.clock()
@@ -276,10 +284,12 @@ class Simulation(RuleBasedStateMachine):
             allowed = allowed | {type(value)}
         assert type(value) in allowed, (
             f"{name} raised {type(value).__name__} ({value}), not the reference's or a fault's")
-        if want == "raised":
+        refused = any(kind == "denied" and fault.fired for kind, fault in armed)
+        if want == "raised" and not refused:
             assert after == ref_after, f"{name} failed as the reference did, yet changed things"
             return
-        # The reference succeeded, the wrapper gave up (faults): no path may be partial.
+        # The reference succeeded, or failed at another point than the wrapper, which gave up
+        # on a fault (a refusal is final where it comes): no path may be partial.
         assert fired, f"{name} raised {value!r} with no fault fired"
         FIGURES["failures under faults"] += 1
         for path in set(before) | set(after) | set(ref_after):
