@@ -103,12 +103,13 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
                          chunk_size, lambda directory: handler.create_dir(directory, True))
     later: list[_Unchecked] | None = [] if _lists_tree(handler, files) else None
     before = _listed_before(handler, destination_base) if later is not None else REFUSED
+    overwritten = _overwritten(files)
     if not use_threads or len(files) < 2:
         for source, destination, buffer_size, size in files:
             # as Arrow's serial copy: the first file that fails ends it (the guard raises)
             if _copy_file(handler, source_fs, source, destination, buffer_size, size, later):
                 break
-        _check_later(handler, source_fs, destination_base, later, before)
+        _check_later(handler, source_fs, destination_base, later, before, overwritten)
         return
     batch = None
     if later is None:
@@ -118,9 +119,16 @@ def copy_file_tree(handler: CopyTarget, source_fs: pafs.FileSystem,
     failed = run_bounded(files, lambda file, lane: _WatchedCopy(
         handler, source_fs, *file, lane, later).start())
     escaped = batch.wait() if batch is not None else []
-    _check_later(handler, source_fs, destination_base, later, before)
+    _check_later(handler, source_fs, destination_base, later, before, overwritten)
     if failed or escaped:  # an error that escaped a file's copy (its failures are the guard's)
         raise failed[0][1] if failed else escaped[0]
+
+
+def _overwritten(files: list[PlannedFile]) -> frozenset[str]:
+    """The sources of a tree copy that are also its destinations (a tree copied into itself,
+    ``copy_files("a", "a/c")``): by the time the listing finds one of their copies lost, the
+    copy may have replaced their bytes, so that a copy made again would not be the file's."""
+    return frozenset(file[0] for file in files) & frozenset(file[1] for file in files)
 
 
 def _small_file_batch(handler: CopyTarget, source_fs: pafs.FileSystem,
@@ -175,12 +183,14 @@ def _listed_before(handler: CopyTarget, base: str) -> dict[str, Listed] | None:
 
 def _check_later(handler: CopyTarget, source_fs: pafs.FileSystem, base: str,
                  later: list[_Unchecked] | None,
-                 before: dict[str, Listed] | None = REFUSED) -> None:
+                 before: dict[str, Listed] | None = REFUSED,
+                 overwritten: frozenset[str] = frozenset()) -> None:
     """Every file left unchecked, proven by one listing of ``base`` against the one taken
     ``before`` the copy (each by its own check when the store refuses to list, for a single
     file, or for a file listed as it was before: `retryfs.proof`) and reported; one the
-    listing shows missing or short is copied again. A listing that gives up fails every one
-    of them."""
+    listing shows missing or short is copied again, unless its source is ``overwritten`` by
+    the copy (`_overwritten`: it fails then). A listing that gives up fails every one of
+    them."""
     if not later:
         return
     sizes = None
@@ -194,11 +204,12 @@ def _check_later(handler: CopyTarget, source_fs: pafs.FileSystem, base: str,
                 _report(handler, file.destination, exc)
             return
     for file in later:
-        _settle(handler, source_fs, file, sizes, before)
+        _settle(handler, source_fs, file, sizes, before, file.source in overwritten)
 
 
 def _settle(handler: CopyTarget, source_fs: pafs.FileSystem, file: _Unchecked,
-            sizes: dict[str, Listed] | None, before: dict[str, Listed] | None) -> None:
+            sizes: dict[str, Listed] | None, before: dict[str, Listed] | None,
+            overwritten: bool = False) -> None:
     """One file's check (in the listing ``sizes``, or by itself when None) and its report; a
     file found missing or short goes on with its retries, as its own check would have. The
     listing proves a file only if it was not there ``before`` or is listed otherwise now (a
@@ -215,9 +226,12 @@ def _settle(handler: CopyTarget, source_fs: pafs.FileSystem, file: _Unchecked,
     else:
         missing = proof(handler.retrier.call, handler._landed, file.destination, file.copied,
                         unverified)
-    if missing is None:
+    if missing is None or overwritten:
         handler.retrier.first_try_succeeded("copy_files")
-        _report(handler, file.destination, unverified[0] if unverified else None)
+        if missing is not None and hasattr(missing, "add_note"):  # (Python 3.11+)
+            missing.add_note(f"not copied again: its source {file.source!r} is also a "
+                             "destination of this copy, which may have replaced its bytes")
+        _report(handler, file.destination, missing or (unverified[0] if unverified else None))
         return
     started = handler.retrier.clock() - file.elapsed
     _report(handler, file.destination, _retried(

@@ -475,6 +475,27 @@ def test_an_acknowledged_commit_that_stored_nothing_is_not_a_success(
         assert [r.key for r in commits].count("ckpt/x") == 1
 
 
+def test_a_lost_copy_whose_source_this_tree_copy_replaced_is_an_error_not_a_wrong_copy(
+        s3_fault_endpoint, s3_fault_bucket):
+    # A tree copied into its own subdirectory: t/a/b.bin is copied to t/a/a/b.bin (lost), then
+    # replaced by the copy of t/b.bin. The lost copy cannot be made again from t/a/b.bin (it
+    # would commit t/b.bin's bytes): the copy fails, naming it, and never reports success.
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    ep.put_object(bucket, "t/a/b.bin", b"z" * 100)
+    ep.put_object(bucket, "t/b.bin", b"new")
+    lost = ep.add_fault(S3Fault.lost(op="PutObject", path=f"{bucket}/t/a/a/b.bin", times=1))
+    fs, _ = retryfs.from_uri(ep.uri(bucket, retry_budget="false"))
+    with pytest.raises(OSError, match="t/a/a/b.bin") as info:
+        pafs.copy_files(f"{bucket}/t", f"{bucket}/t/a", source_filesystem=fs,
+                        destination_filesystem=fs, use_threads=False)
+    assert ep.fired(lost) == 1
+    assert "t/a/a/b.bin" not in ep.keys(bucket)  # never committed from the replaced source
+    assert ep.get_object(bucket, "t/a/b.bin") == b"new"  # the copy of t/b.bin stands
+    assert any("also a destination of this copy" in note
+               for error in (info.value, info.value.__cause__) if error is not None
+               for note in getattr(error, "__notes__", []))
+
+
 def test_the_lost_fault_keeps_the_older_object_as_it_was(s3_fault_endpoint, s3_fault_bucket):
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
     fs = ep.pyarrow_fs()

@@ -216,7 +216,10 @@ class Simulation(RuleBasedStateMachine):
 
     # -- one step: arm faults, run on both, compare ----------------------------------------------
     def step(self, name: str, faults: list[tuple[str, str, int, int]],
-             real: Callable[[], Any], ref: Callable[[], Any]) -> None:
+             real: Callable[[], Any], ref: Callable[[], Any],
+             unprovable: type[BaseException] | None = None) -> None:
+        """``unprovable``: an error the wrapper may raise where the reference succeeded, by
+        design, when the step's faults leave its outcome beyond proof (see `move`)."""
         before = snapshot(self.store)
         assert before == snapshot(self.reference)
         armed_types = set()
@@ -276,6 +279,9 @@ class Simulation(RuleBasedStateMachine):
                 assert value == expected, f"{name} returned {value!r}, not {expected!r}"
             return
         allowed = armed_types | ({type(expected)} if want == "raised" else set())
+        if unprovable is not None and type(value) is unprovable and fired:
+            FIGURES[f"{name}: not proven, raised by design"] += 1
+            allowed = allowed | {unprovable}
         if type(value) not in allowed and _backend_error_over_a_fault(value, armed_types):
             # the backend itself answered the fault with an error of its own (fsspec's
             # cp_file closes its broken upload: "upload ... failed earlier", chained to the
@@ -326,7 +332,18 @@ class Simulation(RuleBasedStateMachine):
     @rule(src=st.sampled_from(PATHS + DIRS), dst=st.sampled_from(PATHS + DIRS), faults=MOVES)
     def move(self, src: str, dst: str, faults: list) -> None:
         self.step("move", faults, lambda: self.arrow.move(src, dst),
-                  lambda: self.reference.move(src, dst))
+                  lambda: self.reference.move(src, dst), self._unprovable_move(src, dst))
+
+    def _unprovable_move(self, src: str, dst: str) -> type[BaseException] | None:
+        """A destination that holds a file of the source's size before a move: the mock's
+        modification times never change, so a retry that finds no source (its first attempt
+        applied, the answer lost) cannot tell the moved file from the older one, and refuses
+        to call it moved (README: a move is reconciled only when the destination changed):
+        the retry's FileNotFoundError, by design."""
+        source, target = self.store.get_file_info([src, dst])
+        same = (src != dst and source.type == target.type == pafs.FileType.File
+                and source.size == target.size)
+        return FileNotFoundError if same else None
 
     @rule(src=st.sampled_from(PATHS), dst=st.sampled_from(PATHS), faults=FILE_COPIES)
     def copy_file(self, src: str, dst: str, faults: list) -> None:
