@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-fast lint bench bench-quick clean mutation
+.PHONY: demo test test-fast lint bench bench-quick clean mutation docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ test: $(VENV)/.test-installed node_modules/.installed
 	$(PY) -m ruff check retryfs tests benchmarks examples
 	$(PY) -m mypy
 	RETRYFS_STRICT_TEST_DEPS=1 $(PY) -m pytest -ra
+
+# The documentation site (docs/, mkdocs.yml) on http://127.0.0.1:8000. make test builds it
+# with --strict and runs its examples (tests/test_docs.py).
+docs: $(VENV)/.test-fast-installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 # Benchmarks, never part of `make test`: `bench` runs every section at full size (about 25
 # minutes on a loaded 2-core machine), `bench-quick` the same sections on small inputs in under

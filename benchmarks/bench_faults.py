@@ -35,6 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -227,9 +228,41 @@ def _spread(values: list[float], digits: int = 2) -> str:
     return f"{med:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
-def under_faults(tree: Tree, rates: tuple[float, ...], trials: int) -> list[str]:
+#: The figure of the performance page (docs/performance.md), drawn by a full run.
+FIGURE = Path(__file__).resolve().parent.parent / "docs" / "assets" / "bench-faults.png"
+
+
+def _figure(series: dict[str, list[tuple[float, float, float]]], path: Path) -> str:
+    """Time over fault-free and bytes sent per byte stored against the fault rate, a line per
+    client (``series``: client -> [(rate, time ratio, sent/stored)]), written to ``path``."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "(no figure: matplotlib is not installed; pip install '.[bench]')"
+    fig, (times, sent) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, points in series.items():
+        rates = [100 * rate for rate, _, _ in points]
+        times.plot(rates, [ratio for _, ratio, _ in points], marker="o", label=name)
+        sent.plot(rates, [bytes_ for _, _, bytes_ in points], marker="o", label=name)
+    times.set(xlabel="requests failing (%)", ylabel="time / fault-free time",
+              title="time under faults")
+    sent.set(xlabel="requests failing (%)", ylabel="bytes sent / byte stored",
+             title="bytes sent under faults")
+    times.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return f"figure: {path.relative_to(path.parent.parent.parent)}"
+
+
+def under_faults(tree: Tree, rates: tuple[float, ...], trials: int,
+                 figure: Path | None = None) -> list[str]:
     rows = []
     failures = []
+    series: dict[str, list[tuple[float, float, float]]] = {}
     logging.getLogger("retryfs").setLevel(logging.ERROR)  # each retry is a warning line
     with scratch("faults") as work, S3FaultEndpoint() as endpoint:
         src = tree.make(os.path.join(work, "ckpt"))
@@ -239,6 +272,8 @@ def under_faults(tree: Tree, rates: tuple[float, ...], trials: int) -> list[str]
                      for _ in range(1 if trials == 1 else 2)]
             base = statistics.median(t.seconds for t in clean)
             needed = statistics.median(t.requests for t in clean)
+            points = series.setdefault(client.name, [
+                (0.0, 1.0, statistics.median(t.sent_per_stored for t in clean))])
             rows.append([client.name, "0%", f"{sum(t.completed for t in clean)}/{len(clean)}",
                          "0", f"{statistics.median(t.sent_per_stored for t in clean):.2f}",
                          f"{statistics.median(t.served_per_read for t in clean):.2f}",
@@ -248,6 +283,9 @@ def under_faults(tree: Tree, rates: tuple[float, ...], trials: int) -> list[str]
                         for seed in range(1, trials + 1)]
                 ok = [t for t in done if t.completed]
                 failures += [f"{client.name} at {rate:.0%}: {t.error}" for t in done if t.error]
+                if ok:
+                    points.append((rate, statistics.median(t.seconds / base for t in ok),
+                                   statistics.median(t.sent_per_stored for t in ok)))
                 rows.append([
                     client.name, f"{rate:.0%}", f"{len(ok)}/{len(done)}",
                     _spread([float(t.faults) for t in done], 0),
@@ -264,6 +302,8 @@ def under_faults(tree: Tree, rates: tuple[float, ...], trials: int) -> list[str]
                            "served/read", "requests/needed", "time vs fault-free"], rows)]
     if failures:
         lines.append("failed trials:\n" + "\n".join(f"  {f}" for f in failures))
+    if figure is not None:
+        lines.append(_figure(series, figure))
     return ["\n".join(lines)]
 
 
@@ -303,7 +343,8 @@ def run(quick: bool) -> list[str]:
     if quick:
         return (under_faults(QUICK_TREE, (0.01, 0.05), 1)
                 + throttle_storm(QUICK_TREE, 2.0, 1))
-    return under_faults(FULL_TREE, (0.01, 0.05), 3) + throttle_storm(FULL_TREE, 5.0, 3)
+    return (under_faults(FULL_TREE, (0.01, 0.05), 3, figure=FIGURE)
+            + throttle_storm(FULL_TREE, 5.0, 3))
 
 
 if __name__ == "__main__":

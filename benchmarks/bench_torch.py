@@ -8,6 +8,8 @@ Contenders, each with its own retries as shipped:
   one ``open_input_file`` read;
 - ``retryfs DCP``: ``torch.distributed.checkpoint`` with ``FsspecWriter``/``FsspecReader`` on a
   ``retry::s3://`` URL (one process);
+- ``s3fs DCP``: the same on a plain ``s3://`` URL (s3fs with its own retries): DCP's own cost,
+  beside which ``retryfs DCP``'s is retryfs's;
 - ``retryfs Lightning``: `retryfs.integrations.lightning.RetryingCheckpointIO` over ``from_uri``;
 - ``s3fs``: ``fs.open(..., "wb")`` and ``"rb"`` (its own 5 attempts over botocore's);
 - ``pyarrow S3``: pyarrow's ``S3FileSystem`` streams (the AWS SDK's 3 attempts).
@@ -141,6 +143,17 @@ def contenders(store: Store) -> list[Contender]:
         return target
 
     found.append(Contender("retryfs DCP", dcp_save, dcp_load))
+
+    def plain_dcp_save(state: dict[str, Any], path: str) -> None:
+        dcp.save(state, storage_writer=FsspecWriter(f"s3://{path}", **store.s3fs_options()))
+
+    def plain_dcp_load(path: str) -> dict[str, Any]:
+        size = {name: tensor.numel() for name, tensor in _shapes.items()}
+        target = {name: torch.empty(n) for name, n in size.items()}
+        dcp.load(target, storage_reader=FsspecReader(f"s3://{path}", **store.s3fs_options()))
+        return target
+
+    found.append(Contender("s3fs DCP", plain_dcp_save, plain_dcp_load))
 
     def plugin_save(state: dict[str, Any], path: str) -> None:
         RetryingCheckpointIO(retryfs_fs(path.split("/", 1)[0])).save_checkpoint(

@@ -2,7 +2,9 @@
 
 ``--quick`` (``make bench-quick``): the same sections on small inputs, in under two minutes;
 ``--only NAME`` runs some sections. The run starts with the date and the machine, since the
-figures are only comparable within one run.
+figures are only comparable within one run. A full run of every section is the record: its
+output goes to `RESULTS` (what the documentation's performance page shows, without the date)
+and, dated, to the end of `HISTORY`.
 
 Usage: python -m benchmarks.run [--quick] [--only overhead,s3,...]
 """
@@ -16,6 +18,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow
 
@@ -42,11 +45,26 @@ SECTIONS: dict[str, Callable[[bool], list[str]]] = {
 }
 
 
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.txt"
+HISTORY = Path(__file__).resolve().parent / "results" / "history.txt"
+
+
 def machine() -> str:
+    """The machine and the versions (the figures are only comparable within one run)."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-            f"{platform.machine()} {os.cpu_count()} cores (load {load:.1f}), "
-            f"Python {platform.python_version()}, pyarrow {pyarrow.__version__}")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{platform.machine()} {os.cpu_count()} cores, {memory:.0f} GiB "
+            f"(load {load:.1f} at the start), Python {platform.python_version()}, "
+            f"pyarrow {pyarrow.__version__}")
+
+
+def _record(text: str) -> None:
+    """A full run's output: the current results, and the history's dated entry."""
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(text)
+    when = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    with HISTORY.open("a") as history:
+        history.write(f"==== {when}\n{text}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,14 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in chosen if name not in SECTIONS]
     if unknown:
         parser.error(f"--only: unknown section(s) {unknown}; known: {list(SECTIONS)}")
-    print(f"retryfs benchmarks ({'quick' if args.quick else 'full'}): {machine()}\n", flush=True)
+    out = [f"retryfs benchmarks ({'quick' if args.quick else 'full'}): {machine()}\n"]
+    print(out[0], flush=True)
     started = time.perf_counter()
     for name in chosen:
         section_started = time.perf_counter()
         tables = SECTIONS[name](args.quick)
-        print("\n\n".join(tables), flush=True)
-        print(f"[{name}: {time.perf_counter() - section_started:.0f} s]\n", flush=True)
-    print(f"done in {time.perf_counter() - started:.0f} s")
+        out += ["\n\n".join(tables), f"[{name}: {time.perf_counter() - section_started:.0f} s]\n"]
+        print("\n".join(out[-2:]), flush=True)
+    out.append(f"done in {time.perf_counter() - started:.0f} s")
+    print(out[-1])
+    if not args.quick and chosen == list(SECTIONS):
+        _record("\n".join(out) + "\n")
     return 0
 
 

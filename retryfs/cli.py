@@ -153,7 +153,7 @@ def _one_line(error: BaseException) -> str:
     head, valid, names = first.partition("; valid: ")
     if valid and names.count(",") > 8:  # from_uri lists every parameter: keep it one short line
         shown = ", ".join(names.split(", ")[:7])
-        first = f"{head}; valid: {shown}, ... (all in the README, 'Configuration by URL')"
+        first = f"{head}; valid: {shown}, ... (all in docs/configuration.md)"
     if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError,
                           UsageError, ValueError)):
         return redact(first)

@@ -1,12 +1,12 @@
-"""Render the fault matrix's results into the README, between its markers.
+"""Render the fault matrix's results into docs/testing.md, between its markers.
 
     .venv/bin/python -m tests.render_fault_matrix --run    # run the matrix, then render
     .venv/bin/python -m tests.render_fault_matrix          # render the last run's results
-    .venv/bin/python -m tests.render_fault_matrix --check  # is the README's table current?
+    .venv/bin/python -m tests.render_fault_matrix --check  # is the page's table current?
 
 The results are what ``tests/test_s3_matrix.py`` recorded, cell by cell, in
 ``tests/.matrix-results.json`` (or ``$RETRYFS_FAULT_MATRIX_RESULTS``). Rendering refuses
-results with a cell missing or failed: the README shows a complete, passing run or nothing.
+results with a cell missing or failed: the page shows a complete, passing run or nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+README = ROOT / "docs" / "testing.md"  # the page that holds the table
 RESULTS = Path(os.environ.get("RETRYFS_FAULT_MATRIX_RESULTS")
                or ROOT / "tests" / ".matrix-results.json")
 START, END = "<!-- fault-matrix:start -->", "<!-- fault-matrix:end -->"
@@ -49,7 +49,7 @@ def run_matrix(test: str = "tests/test_s3_matrix.py", results: Path = RESULTS,
     done = subprocess.run([sys.executable, "-m", "pytest", test, "-q",
                            "-p", "no:cacheprovider"], cwd=ROOT, env=env, check=False)
     if done.returncode != 0:
-        sys.exit(f"the fault matrix failed (pytest exit {done.returncode}); README unchanged")
+        sys.exit(f"the fault matrix failed (pytest exit {done.returncode}); page unchanged")
 
 
 def _listed(results: dict[str, Any], matrix: str) -> list[dict[str, Any]]:
@@ -162,7 +162,7 @@ def render_cloud(results: dict[str, Any]) -> str:
 
 def _replaced(readme: str, start: str, end: str, table: str) -> str:
     if readme.count(start) != 1 or readme.count(end) != 1:
-        sys.exit(f"README.md must hold exactly one {start} ... {end} block")
+        sys.exit(f"docs/testing.md must hold exactly one {start} ... {end} block")
     head, rest = readme.split(start)
     _, tail = rest.split(end)
     return head + table + tail
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", action="store_true", help="run the fault matrix first")
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 if the README's table differs from the results")
+                        help="exit 1 if the page's table differs from the results")
     args = parser.parse_args(argv)
     if args.run:
         run_matrix()
@@ -191,14 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         updated = _replaced(updated, start, end, table)
     if args.check:
         if updated != readme:
-            print("README.md's fault matrix is not the rendering of the results", file=sys.stderr)
+            print("docs/testing.md: the fault matrix is not the rendering of the results", file=sys.stderr)
             return 1
         return 0
     if updated != readme:
         README.write_text(updated)
-        print(f"README.md: fault matrix updated from {RESULTS}")
+        print(f"docs/testing.md: fault matrix updated from {RESULTS}")
     else:
-        print("README.md: fault matrix already current")
+        print("docs/testing.md: fault matrix already current")
     return 0
 
 

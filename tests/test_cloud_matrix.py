@@ -13,7 +13,7 @@ itself and cannot be told otherwise from Python).
 
 Each cell records its outcome in ``tests/.cloud-matrix-results.json`` (or
 ``$RETRYFS_CLOUD_MATRIX_RESULTS``), which ``python -m tests.render_fault_matrix`` renders into
-the README next to the S3 matrix.
+docs/testing.md next to the S3 matrix.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def test_the_build_backend_writes_the_license_expression(tmp_path):
     assert (dist / "licenses" / "LICENSE").is_file()
 
 
-def test_failed_commits_is_the_dict_the_readme_documents(tmp_path):
+def test_failed_commits_is_the_dict_the_documentation_describes(tmp_path):
     faulty = FaultyFileSystem(pafs.LocalFileSystem())
     fs = RetryingFileSystem(faulty, FAST)
     faulty.inject("close", errors.commit_failed(), times=None)
@@ -73,6 +73,7 @@ def test_failed_commits_is_the_dict_the_readme_documents(tmp_path):
     assert failed[path] is raised.value  # the original exception, to inspect or re-raise
     failed.clear()  # a snapshot: the caller's copy, not the record
     assert list(fs.failed_commits()) == [path]
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "`fs.failed_commits()` returns a dict `{path: exception}`" in readme
-    assert "failed_commits()` lists" not in readme
+    docs = " ".join(" ".join(page.read_text().split())
+                    for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+    assert "`fs.failed_commits()` returns a dict `{path: exception}`" in docs
+    assert "failed_commits()` lists" not in docs

@@ -16,7 +16,7 @@ way `RetryingFileSystem` adapts any fsspec filesystem.
 
 Every cell records its outcome; at the end of the module the results go to a JSON file
 (``tests/.matrix-results.json``, or ``$RETRYFS_FAULT_MATRIX_RESULTS``), which
-``python -m tests.render_fault_matrix`` renders into the README's fault-matrix table.
+``python -m tests.render_fault_matrix`` renders into the fault-matrix table of docs/testing.md.
 """
 
 from __future__ import annotations
