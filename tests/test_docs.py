@@ -51,6 +51,9 @@ def test_the_configuration_page_lists_every_option():
     table = options_table()
     for parameter in PARAMETERS.values():
         assert f"`{parameter.url_name}`" in table
+    for row in table.splitlines()[2:]:
+        if row.startswith("| `retry_"):
+            assert row.split(" | ")[2], row  # every option's type is known
 
 
 def test_the_readme_is_a_front_page():

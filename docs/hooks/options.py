@@ -7,6 +7,20 @@ from typing import Any
 
 MARKER = "<!-- retryfs:options -->"
 
+#: The Python type a parameter takes as a keyword, by the name of the parser that reads it.
+TYPES = {
+    "_int": "`int`", "_float": "`float`", "<lambda>": "`float`", "_bool": "`bool`",
+    "_seconds_or_none": "`float` or `None`", "_throughput": "`float` (bytes/s)",
+    "_size": "`int` (bytes; `\"32MiB\"`)", "_native_attempts": "`int` or `None`",
+    "_backend": "`str`", "_messages": "`Sequence[str]`",
+    "_rate_limit": "`RateLimit`, `str` or `bool`", "_budget": "`RetryBudget` or `bool`",
+    "_timeout": "`float`, `Mapping[str, float]` or `None`",
+}
+
+
+def _type(parameter: Any) -> str:
+    return TYPES.get(getattr(parameter.parse, "__name__", ""), "")
+
 
 def options_table() -> str:
     """Every ``retry_*`` URL parameter with its environment variable, default and meaning; the
@@ -17,14 +31,14 @@ def options_table() -> str:
     grouped = {group: [p for name, p in PARAMETERS.items() if name.startswith(f"{group}_")
                        and p.default.startswith("`retry_")] for group in GROUPS}
     in_groups = {p.name for group in grouped.values() for p in group}
-    rows = ["| URL parameter | environment variable | default | example | meaning |",
-            "| --- | --- | --- | --- | --- |"]
+    rows = ["| URL parameter | environment variable | type | default | example | meaning |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for parameter in PARAMETERS.values():
         if parameter.name in in_groups:
             continue
         text = parameter.help.replace("|", "\\|")
-        rows.append(f"| `{parameter.url_name}` | `{parameter.env_name}` | {parameter.default} "
-                    f"| `{parameter.example}` | {text} |")
+        rows.append(f"| `{parameter.url_name}` | `{parameter.env_name}` | {_type(parameter)} "
+                    f"| {parameter.default} | `{parameter.example}` | {text} |")
     rows += ["", "Per-group parameters (each defaults to its base parameter; the groups are "
              "those of `per_operation`):", "",
              "| group | URL parameters | environment variables |", "| --- | --- | --- |"]
