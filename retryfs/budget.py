@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
@@ -130,8 +130,36 @@ class TokenBucket:
 
 # -- the per-process registry -----------------------------------------------------------------
 
-_lock = threading.Lock()
-_buckets: weakref.WeakValueDictionary[Hashable, TokenBucket] = weakref.WeakValueDictionary()
+V = TypeVar("V")
+
+
+class PerEndpoint(Generic[V]):
+    """One object per endpoint and configuration in this process (a retry budget's bucket, a
+    rate limiter), made by ``make(config, label)`` on first use and shared by every wrapper of
+    that endpoint with that configuration; it lives as long as one of them holds it."""
+
+    def __init__(self, make: Callable[[Any, str], V]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._made: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
+
+    def get(self, fs: Any, config: Hashable) -> V:
+        """The object of ``fs``'s endpoint (`endpoint_of`) under ``config``."""
+        key, label = endpoint_of(fs)
+        with self._lock:
+            made = self._made.get((key, config))
+            if made is None:
+                made = self._make(config, label)
+                self._made[(key, config)] = made
+            return made
+
+    def values(self) -> list[V]:
+        """Every live one (for exporters and inspection)."""
+        with self._lock:
+            return list(self._made.values())
+
+
+_buckets: PerEndpoint[TokenBucket] = PerEndpoint(TokenBucket)
 
 # Options that tell one endpoint of a native pyarrow filesystem from another (never secrets).
 _ENDPOINT_OPTIONS = ("scheme", "endpoint_override", "region", "host", "port", "account_name",
@@ -213,20 +241,12 @@ def bucket_for(fs: Any, config: RetryBudget) -> TokenBucket:
     Wrappers of one endpoint with one budget configuration share a bucket; it lives as long as
     one of them does.
     """
-    key, label = endpoint_of(fs)
-    full_key = (key, config)
-    with _lock:
-        bucket = _buckets.get(full_key)
-        if bucket is None:
-            bucket = TokenBucket(config, label)
-            _buckets[full_key] = bucket
-        return bucket
+    return _buckets.get(fs, config)
 
 
 def buckets() -> list[TokenBucket]:
     """Every live bucket in this process (for exporters and inspection)."""
-    with _lock:
-        return list(_buckets.values())
+    return _buckets.values()
 
 
 def reset_budgets() -> None:

@@ -25,12 +25,11 @@ from __future__ import annotations
 import collections
 import threading
 import time
-import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .budget import endpoint_of
+from .budget import PerEndpoint
 
 __all__ = ["RateLimit", "RateLimiter", "limiter_for", "limiters", "normalize_rate_limit"]
 
@@ -240,26 +239,15 @@ class RateLimiter:
 
 # -- the per-process registry -------------------------------------------------------------------
 
-_lock = threading.Lock()
-_limiters: weakref.WeakValueDictionary[Hashable, RateLimiter] = weakref.WeakValueDictionary()
+_limiters: PerEndpoint[RateLimiter] = PerEndpoint(RateLimiter)
 
 
 def limiter_for(fs: Any, config: RateLimit) -> RateLimiter | None:
     """The limiter of ``fs``'s endpoint under ``config`` (None when ``mode="off"``), shared by
     every wrapper of that endpoint with that configuration in this process."""
-    if not config.enabled:
-        return None
-    key, label = endpoint_of(fs)
-    full_key = (key, config)
-    with _lock:
-        limiter = _limiters.get(full_key)
-        if limiter is None:
-            limiter = RateLimiter(config, label)
-            _limiters[full_key] = limiter
-        return limiter
+    return _limiters.get(fs, config) if config.enabled else None
 
 
 def limiters() -> list[RateLimiter]:
     """Every live limiter in this process (for exporters and inspection)."""
-    with _lock:
-        return list(_limiters.values())
+    return _limiters.values()
