@@ -19,7 +19,7 @@ the object up in memory (a 1 GiB upload from a local disk: +542 MiB peak RSS on 
 Its ``flush()`` waits for the queued parts and uploads no partial one (parts keep their size):
 :func:`write_bounded` flushes every `UNSENT_MAX` bytes written, which bounds what one upload
 holds unsent by that plus a write. It hands a large write over in `PART_SLICE` slices (no
-copy): the stream uploads each as a part of its own, in parallel, where a 64 MiB buffer (a
+copy; in the first `SLICED_MAX` bytes, so that an upload stays within S3's 10,000 parts): the stream uploads each as a part of its own, in parallel, where a 64 MiB buffer (a
 ``copy_files`` chunk) would be one part, and a window of one part a serial upload. Not Azure's:
 its flush commits the block list (the prefix would become the object).
 """
@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-__all__ = ["PART_SLICE", "UNSENT_MAX", "PoolSafeOutputStream", "holds_unsent_parts",
+__all__ = ["PART_SLICE", "SLICED_MAX", "UNSENT_MAX", "PoolSafeOutputStream", "holds_unsent_parts",
            "lend_io_thread", "write_bounded", "writes_in_background"]
 
 T = TypeVar("T")
@@ -56,24 +56,28 @@ def writes_in_background(fs: Any) -> bool:
 #: write) waits in memory for the network; 8 parts of `PART_SLICE` (Arrow's 8 IO threads).
 UNSENT_MAX = 128 * 2**20
 #: The largest slice of a write handed to a bounded stream: a part of its own (S3's minimum is
-#: 5 MiB; 10,000 parts of 16 MiB are 156 GiB, Arrow's larger writes stay whole beyond).
+#: 5 MiB). Only the first `SLICED_MAX` bytes of an upload are sliced: S3 takes 10,000 parts,
+#: and past them a 64 MiB ``copy_files`` chunk goes whole, one part, as unwrapped pyarrow sends
+#: it (1,000 parts of 16 MiB and 9,000 of 64 MiB: 578 GiB, against unwrapped's 625).
 PART_SLICE = 16 * 2**20
+SLICED_MAX = 1_000 * PART_SLICE
 
 
 def holds_unsent_parts(fs: Any) -> bool:
     """Whether ``fs``'s output streams keep every queued part in memory until it is sent, with
-    no bound (pyarrow's S3), so that their writers should `flush_when_due`."""
+    no bound (pyarrow's S3), so that their writers should `write_bounded`."""
     while isinstance(fs, pafs.SubTreeFileSystem):
         fs = fs.base_fs
     return isinstance(fs, pafs.S3FileSystem)
 
 
-def write_bounded(stream: Any, buffer: pa.Buffer, unflushed: int) -> int:
-    """``buffer`` written to ``stream`` in slices of at most `PART_SLICE` (no copy), the stream
-    flushed (its queued parts sent, Arrow's IO pool lent a thread meanwhile) each time the
-    bytes written since the last flush (``unflushed`` before) reach `UNSENT_MAX`; the bytes
-    left unflushed after."""
-    slice_size = PART_SLICE if buffer.size < 10_000 * PART_SLICE else buffer.size
+def write_bounded(stream: Any, buffer: pa.Buffer, unflushed: int, written: int) -> int:
+    """``buffer`` written to ``stream`` (which holds ``written`` bytes before it) in slices of
+    at most `PART_SLICE` (no copy; within the first `SLICED_MAX` bytes), the stream flushed
+    (its queued parts sent, Arrow's IO pool lent a thread meanwhile) each time the bytes
+    written since the last flush (``unflushed`` before) reach `UNSENT_MAX`; the bytes left
+    unflushed after."""
+    slice_size = PART_SLICE if written < SLICED_MAX else max(buffer.size, 1)
     for start in range(0, buffer.size, slice_size):
         piece = buffer.slice(start, min(slice_size, buffer.size - start))
         stream.write(piece)
@@ -104,18 +108,19 @@ class PoolSafeOutputStream:
     `holds_unsent_parts`); everything else is the inner stream's.
     """
 
-    __slots__ = ("_inner", "_bounded", "_unflushed")
+    __slots__ = ("_inner", "_bounded", "_unflushed", "_written")
 
     def __init__(self, inner: Any, *, bounded: bool = False) -> None:
         self._inner = inner
         self._bounded = bounded
-        self._unflushed = 0
+        self._unflushed = self._written = 0
 
     def write(self, data: Any) -> Any:
         if not self._bounded:
             return self._inner.write(data)
         buffer = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
-        self._unflushed = write_bounded(self._inner, buffer, self._unflushed)
+        self._unflushed = write_bounded(self._inner, buffer, self._unflushed, self._written)
+        self._written += buffer.size
         return buffer.size
 
     def flush(self) -> None:

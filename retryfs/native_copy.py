@@ -707,7 +707,7 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
             break
         try:
             if bounded:
-                unflushed = write_bounded(writer, buffer, unflushed)
+                unflushed = write_bounded(writer, buffer, unflushed, size)
             else:
                 writer.write(buffer)
         except BaseException:

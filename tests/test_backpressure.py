@@ -16,9 +16,10 @@ import json
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
 
-from retryfs.iopool import PART_SLICE, UNSENT_MAX
+from retryfs.iopool import PART_SLICE, SLICED_MAX, UNSENT_MAX, write_bounded
 from retryfs.testing import S3Fault
 
 MiB = 2**20
@@ -72,3 +73,37 @@ def test_an_upload_holds_what_is_in_flight_not_the_object(s3_fault_endpoint, s3_
     # ... and hands it over in part-sized slices: parts in parallel within the window.
     parts = s3_fault_endpoint.requests("UploadPart")
     assert parts and max(r.request_bytes for r in parts) <= PART_SLICE
+
+
+class _Recorder:
+    """A stream that records what it was asked: write sizes, and "flush" between them."""
+
+    def __init__(self) -> None:
+        self.calls: list[int | str] = []
+
+    def write(self, data: pa.Buffer) -> int:
+        self.calls.append(data.size)
+        return data.size
+
+    def flush(self) -> None:
+        self.calls.append("flush")
+
+
+def test_large_writes_go_in_part_sized_slices_flushed_every_window():
+    stream, unflushed, written = _Recorder(), 0, 0
+    chunk = pa.allocate_buffer(64 * MiB)  # copy_files's chunk
+    for _ in range(3):
+        unflushed = write_bounded(stream, chunk, unflushed, written)
+        written += chunk.size
+    slices = UNSENT_MAX // PART_SLICE
+    assert stream.calls == [PART_SLICE] * slices + ["flush"] + [PART_SLICE] * 4
+    assert unflushed == 64 * MiB
+
+
+def test_past_the_first_slices_a_write_goes_whole_within_s3s_part_count():
+    stream = _Recorder()
+    chunk = pa.allocate_buffer(64 * MiB)
+    unflushed = write_bounded(stream, chunk, 0, SLICED_MAX)
+    assert stream.calls == [64 * MiB] and unflushed == 64 * MiB
+    # 1,000 sliced parts, then whole 64 MiB chunks: an object of 578 GiB fits in 10,000 parts
+    assert SLICED_MAX // PART_SLICE + (578 * 2**30 - SLICED_MAX) // (64 * MiB) <= 10_000
