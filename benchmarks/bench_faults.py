@@ -129,6 +129,20 @@ def _obstore_client(endpoint: S3FaultEndpoint) -> Client | None:
     return Client("obstore (own RetryConfig)", upload, download)
 
 
+def _retryfs_over_obstore(endpoint: S3FaultEndpoint) -> Client | None:
+    """retryfs (the pyarrow face) over obstore's fsspec adapter, obstore's own retries off
+    (one retry layer): what a user who hands retryfs that client gets."""
+    try:
+        from obstore.fsspec import FsspecStore
+    except ImportError:
+        return None
+    store = FsspecStore(
+        "s3", config={"endpoint": endpoint.url, "access_key_id": ACCESS_KEY,
+                      "secret_access_key": SECRET_KEY, "region": endpoint.region},
+        client_options={"allow_http": True}, retry_config={"max_retries": 0})
+    return _arrow_client("retryfs over obstore", retryfs.RetryingFileSystem(store))
+
+
 def clients(endpoint: S3FaultEndpoint, *, unlimited: bool = False) -> list[Client]:
     found = [_arrow_client("retryfs", retryfs.from_uri(endpoint.uri(BUCKET))[0])]
     if unlimited:
@@ -141,9 +155,9 @@ def clients(endpoint: S3FaultEndpoint, *, unlimited: bool = False) -> list[Clien
     ray = ray_wrapper(endpoint.pyarrow_fs(max_attempts=3))
     if ray is not None:
         found.append(_arrow_client("Ray Data wrapper", ray))
-    obs = _obstore_client(endpoint)
-    if obs is not None:
-        found.append(obs)
+    for extra in (_obstore_client(endpoint), _retryfs_over_obstore(endpoint)):
+        if extra is not None:
+            found.append(extra)
     return found
 
 
