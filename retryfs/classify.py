@@ -151,6 +151,11 @@ TRANSIENT_TEXT = (
     # the Azure C++ SDK on a body cut short: "Azure Error: [] Connection closed before getting
     # full response or response is less than expected"
     "Connection closed before getting full response",
+    # object_store (obstore, Rust's reqwest and hyper) when its error reaches retryfs as text
+    # (through pyarrow's PythonFile, an fsspec adapter's OSError): the connection failed or the
+    # body was cut, "Error performing PUT ... - HTTP error: error sending request"
+    "error sending request", "error decoding response body",
+    "connection closed before message completed",
 )
 PERMANENT_TEXT = (
     "AWS Error ACCESS_DENIED", "AWS Error NO_SUCH_BUCKET", "AWS Error NO_SUCH_KEY",

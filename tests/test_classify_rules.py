@@ -525,3 +525,17 @@ def test_repr_names_what_was_given():
         "throttle_messages=('t',))")
     assert repr(ErrorClassifier(throttle_messages=["t"])) == (
         "ErrorClassifier(throttle_messages=('t',))")
+
+
+@pytest.mark.parametrize("text", [
+    # what obstore's FsspecStore raised through retryfs's pyarrow face (its error as text):
+    # an UploadPart whose connection was reset, a GET whose body was cut
+    "Generic S3 error: Error performing PUT http://127.0.0.1:38661/bench-faults/ckpt/model_0.pt"
+    "?partNumber=1&uploadId=NOJu in 15.015949ms - HTTP error: error sending request",
+    "Generic S3 error: Error performing GET http://127.0.0.1:1/b/k in 1ms - HTTP error: error "
+    "decoding response body",
+    "Generic S3 error: hyper::Error(IncompleteMessage): connection closed before message "
+    "completed",
+])
+def test_object_stores_connection_errors_are_transient_as_text(text):
+    assert ErrorClassifier().classify(OSError(text)) is Decision.RETRY
