@@ -242,8 +242,9 @@ def _spread(values: list[float], digits: int = 2) -> str:
     return f"{med:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
+ROOT = Path(__file__).resolve().parent.parent
 #: The figure of the performance page (docs/performance.md), drawn by a full run.
-FIGURE = Path(__file__).resolve().parent.parent / "docs" / "assets" / "bench-faults.png"
+FIGURE = ROOT / "docs" / "assets" / "bench-faults.png"
 
 
 def _figure(series: dict[str, list[tuple[float, float, float]]], path: Path) -> str:
@@ -269,7 +270,7 @@ def _figure(series: dict[str, list[tuple[float, float, float]]], path: Path) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return f"figure: {path.relative_to(path.parent.parent.parent)}"
+    return f"figure: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
 
 
 def under_faults(tree: Tree, rates: tuple[float, ...], trials: int,

@@ -41,8 +41,8 @@ from .ratelimit import RateLimiter
 from .stats import RetryEvent, RetryStats
 from .timeouts import AttemptTimeoutError, wait_for_attempt
 
-__all__ = ["AttemptTimeoutError", "Lane", "Retrier", "holding", "no_sleep", "operation_end", "retry_after_of",
-           "sleeping_disabled"]
+__all__ = ["AttemptTimeoutError", "Lane", "Retrier", "holding", "no_sleep", "operation_end",
+           "retry_after_of", "sleeping_disabled"]
 
 T = TypeVar("T")
 

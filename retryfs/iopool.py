@@ -19,9 +19,10 @@ the object up in memory (a 1 GiB upload from a local disk: +542 MiB peak RSS on 
 Its ``flush()`` waits for the queued parts and uploads no partial one (parts keep their size):
 :func:`write_bounded` flushes every `UNSENT_MAX` bytes written, which bounds what one upload
 holds unsent by that plus a write. It hands a large write over in `PART_SLICE` slices (no
-copy; in the first `SLICED_MAX` bytes, so that an upload stays within S3's 10,000 parts): the stream uploads each as a part of its own, in parallel, where a 64 MiB buffer (a
-``copy_files`` chunk) would be one part, and a window of one part a serial upload. Not Azure's:
-its flush commits the block list (the prefix would become the object).
+copy; in the first `SLICED_MAX` bytes, so that an upload stays within S3's 10,000 parts): the
+stream uploads each as a part of its own, in parallel, where a 64 MiB buffer (a
+``copy_files`` chunk) would be one part, and a window of one part a serial upload. Not
+Azure's: its flush commits the block list (the prefix would become the object).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-__all__ = ["PART_SLICE", "SLICED_MAX", "UNSENT_MAX", "PoolSafeOutputStream", "holds_unsent_parts",
-           "lend_io_thread", "write_bounded", "writes_in_background"]
+__all__ = ["PART_SLICE", "SLICED_MAX", "UNSENT_MAX", "PoolSafeOutputStream",
+           "holds_unsent_parts", "lend_io_thread", "write_bounded", "writes_in_background"]
 
 T = TypeVar("T")
 

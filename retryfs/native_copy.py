@@ -448,7 +448,6 @@ class _WatchedCopy:
         self.buffer_size, self.size = buffer_size, size
         self.outcome: Future[None] = Future()
         self._lane = lane
-        self._release = lane.release
         self._ended = threading.Lock()
         self._unverified: list[Exception] = []
         self._later = later  # list.append is atomic: the workers share it without a lock
@@ -541,7 +540,7 @@ class _WatchedCopy:
                 self.handler.failed_commits.record(self.destination, error)
                 report_commit(watching(), self.destination, error)
         finally:
-            self._release()
+            self._lane.release()
             if escaped is None:
                 self.outcome.set_result(None)
             else:
