@@ -490,6 +490,8 @@ def test_a_lost_copy_whose_source_this_tree_copy_replaced_is_an_error_not_a_wron
                         destination_filesystem=fs, use_threads=False)
     assert ep.fired(lost) == 1
     assert "t/a/a/b.bin" not in ep.keys(bucket)  # never committed from the replaced source
+    # its one PutObject (the lost one) and no other: nothing re-sent from the replaced source
+    assert [r.key for r in ep.requests("PutObject")].count("t/a/a/b.bin") == 1
     assert ep.get_object(bucket, "t/a/b.bin") == b"new"  # the copy of t/b.bin stands
     assert any("also a destination of this copy" in note
                for error in (info.value, info.value.__cause__) if error is not None

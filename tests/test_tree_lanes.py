@@ -56,6 +56,9 @@ def test_files_asleep_in_a_backoff_give_their_lanes_to_the_other_files(two_lanes
     pafs.copy_files(str(tmp_path), "dst", source_filesystem=pafs.LocalFileSystem(),
                     destination_filesystem=fs, use_threads=True)
     assert seen_during_backoff == [OTHERS, OTHERS]
+    # what the two faults cost: one more open of each failing file, no other file opened again
+    assert store.injected["open_output_stream"] == 2
+    assert store.calls["open_output_stream"] == len(FAILING + OTHERS) + len(FAILING)
     for name in FAILING + OTHERS:
         with store.open_input_stream(f"dst/{name}") as f:
             assert f.read() == name.encode() * 1000
