@@ -71,7 +71,7 @@ test-fast: $(VENV)/.test-fast-installed node_modules/.installed
 # Mutation testing (slow, not in CI): mutmut over engine, classify, policy, streams and the commit
 # guard ([tool.mutmut] in pyproject.toml). mutants/ must exist before Python starts: a PYTHONPATH
 # entry that is missing at start-up is cached as absent and the unmutated package is imported.
-# MUTANTS limits the run to mutant names (globs), e.g. MUTANTS="'retryfs.policy.*' 'retryfs.commits.*'".
+# MUTANTS limits the run to mutant names (globs), e.g. MUTANTS="'retryfs.core.policy.*' 'retryfs.datapath.commits.*'".
 MUTANTS ?=
 # Automatic garbage collection is off in its runs (a sitecustomize.py in mutants-site/): with it
 # on, mutmut's stats run died 3 times of 3 in ContextVar.set (CPython 3.11, python/cpython#148891:

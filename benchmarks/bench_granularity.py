@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import retryfs
 from benchmarks.common import MiB, section_main, table
-from retryfs import streams
+from retryfs.datapath import streams
 from retryfs.testing.s3 import PYARROW_PART_SIZE, S3Fault, S3FaultEndpoint, S3Request
 
 BUCKET = "bench-granularity"

@@ -28,11 +28,11 @@ from urllib.parse import urlencode
 import pyarrow.fs as pafs
 
 import retryfs
-import retryfs.native_download as native_download
+import retryfs.datapath.download as native_download
 from benchmarks.bench_huge import S3Dialect
 from benchmarks.common import MiB, interleave, scratch, timing_table
 from benchmarks.seaweed import ACCESS_KEY, SECRET_KEY, seaweed_s3, weed_binary
-from retryfs import streams
+from retryfs.datapath import streams
 from retryfs.testing.http import HttpFault, HttpFaultProxy
 
 BUCKET = "bench-latency"

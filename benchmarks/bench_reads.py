@@ -1,7 +1,7 @@
 """What serving one large read as sub-reads costs on the happy path, by sub-read size.
 
 A single ``read()`` of a whole 64 MiB object through ``open_input_stream``: unwrapped pyarrow,
-and retryfs (as ``from_uri`` builds it) with ``retryfs.streams.SUB_READ`` set to each size in
+and retryfs (as ``from_uri`` builds it) with ``retryfs.datapath.streams.SUB_READ`` set to each size in
 turn (the largest, 64 MiB, is one attempt for the whole read, as before sub-reads), in
 interleaved rounds, from local tmpfs, moto's S3 (a process of its own) and SeaweedFS's S3.
 Each figure: wall-clock MiB/s and the client's CPU seconds per GiB (``time.process_time`` of
@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 import retryfs
 from benchmarks.bench_s3_upload import SERVERS
 from benchmarks.common import UNWRAPPED, MiB, interleave, scratch, timing_table
-from retryfs import streams
+from retryfs.datapath import streams
 
 SIZES_MIB = (2, 4, 8, 16, 64)
 BUCKET = "bench-reads"

@@ -4,12 +4,17 @@
 every read, write and close of the files it opens, under a ``RetryPolicy``.
 """
 
-from . import exporters as _exporters  # noqa: F401 - starts Ray metrics inside Ray
+from . import _moved
 from .arrow import RetryingFileSystem
-from .budget import RetryBudget
-from .classify import Decision, ErrorClassifier
 from .config import WrapperConfig
-from .engine import no_sleep
+from .core import exporters as _exporters  # noqa: F401 - starts Ray metrics inside Ray
+from .core.budget import RetryBudget
+from .core.classify import Decision, ErrorClassifier
+from .core.engine import no_sleep
+from .core.policy import RetryPolicy
+from .core.ratelimit import RateLimit
+from .core.redact import redact
+from .core.stats import RetryEvent, RetryStats
 from .errors import (
     AttemptAbandoned,
     AttemptTimeoutError,
@@ -24,12 +29,10 @@ from .errors import (
     VerificationError,
 )
 from .fsspec import RetryFileSystem
-from .policy import RetryPolicy
-from .ratelimit import RateLimit
-from .redact import redact
-from .stats import RetryEvent, RetryStats
 from .transfer import CopyResult, copy
 from .uri import from_uri
+
+_moved.install()  # the module names of 0.1.0 (its pickles name them)
 
 __version__ = "0.1.0"
 

@@ -16,18 +16,18 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from typing import Any, TextIO
 
 import pyarrow.fs as pafs
 
-from . import __version__
+from retryfs.core.locations import dangerous_target
+from retryfs.core.redact import redact
+from retryfs.transfer.copier import CopyError, copy
+from retryfs.transfer.results import human_bytes
+
 from .config import WrapperConfig
-from .demo import run as run_demo
 from .errors import UsageError
-from .locations import dangerous_target
-from .redact import redact
-from .transfer import CopyError, copy
-from .transfer_results import human_bytes
 from .uri import from_uri
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="retryfs", description="Storage I/O that survives transient failures: copy, list, "
         "remove and read files on any pyarrow or fsspec storage, every operation retried.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"retryfs {__version__}")
+    parser.add_argument("--version", action="version", version=f"retryfs {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     cp = commands.add_parser(
@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
                       "torch)")
     demo.set_defaults(run=_cmd_demo)
     return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("retryfs")
+    except metadata.PackageNotFoundError:  # run from a source tree that was not installed
+        return "unknown"
 
 
 def _positive_int(text: str) -> int:
@@ -331,6 +338,8 @@ def _cmd_cat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from retryfs.demo.run import run as run_demo  # moto and tqdm: only for this command
+
     return run_demo(out=out, size_mb=args.size_mb, ray=args.ray)
 
 

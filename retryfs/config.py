@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .budget import RetryBudget, normalize_budget
-from .classify import ErrorClassifier
-from .policy import ALL_OPERATION_GROUPS, GROUPS, RetryPolicy, resolve_overrides
-from .ratelimit import RateLimit, normalize_rate_limit
-from .stats import RetryStats
-from .timeouts import (
+from retryfs.core.budget import RetryBudget, normalize_budget
+from retryfs.core.classify import ErrorClassifier
+from retryfs.core.policy import ALL_OPERATION_GROUPS, GROUPS, RetryPolicy, resolve_overrides
+from retryfs.core.ratelimit import RateLimit, normalize_rate_limit
+from retryfs.core.stats import RetryStats
+from retryfs.core.timeouts import (
     DEFAULT_MIN_THROUGHPUT,
     DEFAULT_WRITE_TIMEOUT,
     TIMED_GROUPS,

@@ -117,7 +117,7 @@ class CopyError(RetryfsError, OSError):
     """Some files of a `retryfs.copy` did not land after their retries; ``.result`` has every
     file's outcome."""
 
-    def __init__(self, result: Any) -> None:  # a `retryfs.transfer_results.CopyResult`
+    def __init__(self, result: Any) -> None:  # a `retryfs.transfer.results.CopyResult`
         failed = result.failed
         shown = "; ".join(f"{f.path}: {f.reason}" for f in failed[:5])
         more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""

@@ -27,7 +27,10 @@ from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 import fsspec.core
 import pyarrow.fs as pafs
 
-from .arrow import RetryingFileSystem
+from retryfs.arrow.filesystem import RetryingFileSystem
+from retryfs.core.locations import check_location, check_object_path
+from retryfs.core.redact import SECRET_NAME, redact, register_option_secrets, register_secret
+
 from .config import (
     BACKENDS,
     PARAMETERS,
@@ -37,8 +40,6 @@ from .config import (
     config_from_query,
     merge,
 )
-from .locations import check_location, check_object_path
-from .redact import SECRET_NAME, redact, register_option_secrets, register_secret
 
 __all__ = [
     "BACKENDS",

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, settings
 # gcsfs's experimental bucket-type probe speaks gRPC to the endpoint (60 s against an emulator)
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
-from retryfs.budget import reset_budgets
-from retryfs.redact import registered_secrets, reset_secrets
+from retryfs.core.budget import reset_budgets
+from retryfs.core.redact import registered_secrets, reset_secrets
 from retryfs.testing import FaultyFileSystem
 
 pytest_plugins = ["pytester", "retryfs.testing.pytest_plugin"]

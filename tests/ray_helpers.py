@@ -1,6 +1,6 @@
 """Ray Train on CPU against the S3 fault endpoint: the training loop, the storage, the checks.
 
-Shared by ``tests/test_ray_train_e2e.py`` and ``benchmarks/ray_train_comparison.py``. Ray pickles
+Shared by ``tests/e2e/test_ray_train_e2e.py`` and ``benchmarks/ray_train_comparison.py``. Ray pickles
 the training function and the storage filesystem to its workers by reference; `ray_init` puts
 this directory on the workers' ``PYTHONPATH`` so that they import this module.
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from retryfs import demo_ray
+from retryfs.demo import ray as demo_ray
 
 MODEL_FILE = "model.pt"
 HASH_FILE = "model.pt.sha256"

@@ -47,7 +47,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from pyarrow._fs import _MockFileSystem
 
 from retryfs import RetryingFileSystem, RetryPolicy
-from retryfs.classify import exception_chain
+from retryfs.core.classify import exception_chain
 from retryfs.errors import CommitNotVisibleError
 from retryfs.testing import FaultyFileSystem, errors
 

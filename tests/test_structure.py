@@ -80,7 +80,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
-    assert "retryfs.config" in graph["retryfs.arrow"]
+    assert "retryfs.config" in graph["retryfs.arrow.filesystem"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
@@ -96,7 +96,7 @@ def test_the_forwarded_fsspec_methods_are_the_installed_fsspec_ones():
     from fsspec.asyn import AsyncFileSystem, async_methods
     from fsspec.spec import AbstractFileSystem
 
-    from retryfs.fsspec import _NOT_RETRIED, ASYNC_METHODS, SYNC_METHODS
+    from retryfs.fsspec.filesystem import _NOT_RETRIED, ASYNC_METHODS, SYNC_METHODS
 
     public = {name for name, value in vars(AbstractFileSystem).items()
               if not name.startswith("_") and name not in _NOT_RETRIED
@@ -111,9 +111,66 @@ def test_the_forwarded_fsspec_methods_are_the_installed_fsspec_ones():
 
 
 def test_dead_code_is_gone():
-    import retryfs.engine
-    import retryfs.policy
+    import retryfs.core.engine
+    import retryfs.core.policy
 
-    assert not hasattr(retryfs.policy, "group_of")
-    assert not hasattr(retryfs.engine.Retrier, "decide")
-    assert not hasattr(retryfs.engine.Retrier, "timeout_for")
+    assert not hasattr(retryfs.core.policy, "group_of")
+    assert not hasattr(retryfs.core.engine.Retrier, "decide")
+    assert not hasattr(retryfs.core.engine.Retrier, "timeout_for")
+
+
+#: The package's floors, lowest first: a module imports only from its own floor and the ones
+#: below it (README, "Development": the layout). A module's floor is that of the longest name
+#: here that it starts with.
+FLOORS = [
+    ("retryfs.errors", "retryfs._moved"),
+    ("retryfs.core",),
+    ("retryfs.config",),
+    ("retryfs.clients", "retryfs.datapath"),
+    ("retryfs.patches",),
+    ("retryfs.arrow",),
+    ("retryfs.fsspec",),
+    ("retryfs.uri",),
+    ("retryfs.transfer",),
+    ("retryfs.integrations", "retryfs.testing"),
+    ("retryfs.demo",),
+    ("retryfs.cli",),
+    ("retryfs", "retryfs.__main__"),
+]
+
+
+def floor_of(module: str) -> int:
+    best, floor = "", -1
+    for number, names in enumerate(FLOORS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > len(best):
+                best, floor = name, number
+    assert floor >= 0, f"{module}: give it a floor in FLOORS"
+    return floor
+
+
+def test_every_import_points_down_the_floors():
+    upward = sorted(f"{module} -> {target}" for module, targets in import_graph().items()
+                    for target in targets if floor_of(target) > floor_of(module))
+    assert upward == []
+
+
+def test_the_root_holds_a_dozen_modules_and_each_subpackage_says_what_lives_there():
+    root = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(root) <= 12, root
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc, f"{init.parent.name}: say in its __init__ what lives there"
+        first = doc.split("\n\n")[0]
+        assert len(first.splitlines()) <= 2, f"{init.parent.name}: in two lines, not {first!r}"
+
+
+def test_import_retryfs_leaves_the_demo_the_command_and_the_test_tools_alone():
+    import subprocess
+    import sys
+
+    probe = ("import sys, retryfs; print(sorted(m for m in sys.modules if m == 'retryfs.cli' or "
+             "m.startswith(('retryfs.demo', 'retryfs.testing', 'retryfs.integrations'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "[]"

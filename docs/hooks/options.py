@@ -26,7 +26,7 @@ def options_table() -> str:
     """Every ``retry_*`` URL parameter with its environment variable, default and meaning; the
     per-group ones (``retry_<group>_<field>``) in a table of their own."""
     from retryfs.config import PARAMETERS
-    from retryfs.policy import GROUPS
+    from retryfs.core.policy import GROUPS
 
     grouped = {group: [p for name, p in PARAMETERS.items() if name.startswith(f"{group}_")
                        and p.default.startswith("`retry_")] for group in GROUPS}

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from ..arrow import RetryingFileSystem
+from retryfs.arrow.filesystem import RetryingFileSystem
 
 try:  # Lightning 2.x ships as ``lightning`` and as ``pytorch_lightning``
     from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
@@ -149,7 +149,7 @@ class RetryingCheckpointIO(CheckpointIO):
     def _make(self, scheme: str, authority: str) -> RetryingFileSystem:
         if not scheme:
             return RetryingFileSystem(pafs.LocalFileSystem(), **self._options)
-        from ..uri import from_uri
+        from retryfs.uri import from_uri
 
         fs, _ = from_uri(f"{scheme}://{authority}", **self._options)
         return fs

@@ -39,7 +39,8 @@ from urllib.parse import quote, urlencode
 
 import pyarrow.fs
 
-from ..native import with_native_attempts
+from retryfs.clients import with_native_attempts
+
 from ._wire import die_with_parent
 from .http import AZURE, GCS, Dialect, HttpFault, HttpFaultProxy, HttpRecord
 from .http_process import ProcessFaultProxy

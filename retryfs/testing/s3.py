@@ -24,7 +24,7 @@ another's bucket by name: give concurrent endpoints distinct bucket names. (``MO
 which moto obeys first, makes all endpoints share one account.)
 
 What the real clients raise for each fault is in the README section "Chaos-testing your own
-pipeline" (measured, and asserted by ``tests/test_s3_endpoint.py``). Two client habits to plan
+pipeline" (measured, and asserted by ``tests/testing/test_s3_endpoint.py``). Two client habits to plan
 for: aiohttp (under s3fs) replays an idempotent request (GET, HEAD, PUT, DELETE) once when the
 connection drops before a response, so one `reset` there is invisible (use ``times=2``); and
 neither client's read timeout reliably bounds a stalled upload (pyarrow's never does: it waits
@@ -48,7 +48,7 @@ the serving thread while moto handles the request: the object's length and that 
 from the key's buffer under the key's lock when moto reads the value, which are all moto asks of
 it; anything else asked of it (or a range moto treats as the whole object) reads the whole
 object as moto does. Every answer is moto's own,
-byte for byte (``tests/test_s3_ranges.py``); ``read_ranges_only=False`` is moto as it comes.
+byte for byte (``tests/arrow/test_s3_ranges.py``); ``read_ranges_only=False`` is moto as it comes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,362 @@
+"""The files of the fsspec face: reads that resume, writes that replay, an async reader.
+
+`RetryReadFile` and `RetryWriteFile` are the pyarrow face's resumable/replayable streams
+(`retryfs.datapath.streams`) dressed as fsspec files; `InnerFile` is how those streams see an fsspec file
+(``discard`` drops a broken upload, never commits it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from retryfs.core.engine import Retrier
+from retryfs.core.redact import redact
+from retryfs.core.timeouts import AttemptTimeoutError, wait_for_attempt
+from retryfs.datapath.streams import (
+    AttemptTimeout,
+    ReplayableOutputStream,
+    ResumableInputFile,
+    discard,
+)
+
+__all__ = ["AsyncRetryReadFile", "AsyncTimedWriteFile", "InnerFile", "RetryReadFile",
+           "RetryWriteFile", "defuse_half_open"]
+
+
+class _Face(Protocol):
+    """What the files need of the filesystem that opened them."""
+
+    retrier: Retrier
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]: ...
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any: ...
+
+
+class InnerFile:
+    """An fsspec file as the retrying streams see it: ``discard`` drops it, never commits it.
+
+    fsspec's buffered files commit on ``close`` (and on garbage collection), so a broken upload
+    is discarded (s3fs aborts the multipart upload) and marked closed; a local file that cannot
+    be discarded (``autocommit``) is closed, the replay rewrites it from the start.
+    """
+
+    __slots__ = ("file",)
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file, name)
+
+    def read(self, *args: Any) -> Any:
+        return self.file.read(*args)
+
+    def write(self, data: Any) -> Any:
+        return self.file.write(data)
+
+    def flush(self) -> Any:
+        return self.file.flush()
+
+    def close(self) -> Any:
+        return self.file.close()
+
+    def discard(self) -> None:
+        discard(self.file)
+
+
+def defuse_half_open(error: BaseException) -> None:
+    """Mark closed any fsspec buffered file for writing whose constructor raised ``error``.
+
+    s3fs's append mode asks for the object (``exists``, ``head_object``) after
+    ``AbstractBufferedFile.__init__`` has run: when that request fails, the half-built file is
+    garbage-collected with ``closed`` False, and its ``__del__`` commits what it holds, an empty
+    PUT (``touch``) over the object being appended to. A retried open leaves one such file per
+    failed attempt; marked closed, it is dropped with nothing sent.
+    """
+    from fsspec.spec import AbstractBufferedFile
+
+    tb = error.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if (isinstance(candidate, AbstractBufferedFile) and candidate.mode != "rb"
+                and not candidate.closed):
+            candidate.closed = True
+        tb = tb.tb_next
+
+
+class RetryReadFile(ResumableInputFile):
+    """A file open for reading whose reads resume after a failure (see `ResumableInputFile`).
+
+    Quacks like an fsspec file: ``size``, ``path``, ``fs``, ``mode``, ``loc``, ``info()``,
+    ``readline``, iteration, ``seek``/``tell``, context manager.
+    """
+
+    def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile,
+                 reopen: Callable[[], InnerFile], retrier: Retrier) -> None:
+        seekable = bool(getattr(inner, "seekable", lambda: False)())
+        super().__init__(path, inner, reopen, retrier, seekable=seekable)
+        self.fs = fs
+        self.mode = mode
+        self._details = getattr(inner.file, "details", None)
+
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        return self._length()
+
+    def _length(self) -> int:
+        if self._size is None:
+            self._size = ResumableInputFile.size(self)
+        return self._size
+
+    @property
+    def loc(self) -> int:
+        return self.tell()
+
+    def _end(self) -> int:
+        return self._length()
+
+    def readline(self, size: int | None = -1) -> bytes:
+        if size is not None and size >= 0:
+            return super().readline(size)
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        with self._lock:
+            line = self._retrier.call("read", self.path, self._attempt, _readline)
+            self._pos += len(line)
+            self._inner_pos = self._pos
+        return line
+
+    def info(self) -> dict[str, Any]:
+        if self._details is not None:
+            return dict(self._details)
+        return self.fs.info(self.path)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return self.info()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reopen_read, (self.fs, self.path, self.mode, self.tell())
+
+    def __repr__(self) -> str:
+        return redact(f"<RetryReadFile {self.path!r} at {self._pos}>")
+
+
+def _readline(inner: Any) -> bytes:
+    line = inner.readline()
+    return bytes(line) if not isinstance(line, bytes) else line
+
+
+def _reopen_read(fs: _Face, path: str, mode: str, position: int) -> RetryReadFile:
+    file = fs.open(path, mode)
+    file.seek(position)
+    return file
+
+
+class RetryWriteFile(ReplayableOutputStream):
+    """A file open for writing that replays into a fresh upload when one fails (see
+    `ReplayableOutputStream`). Quacks like an fsspec file: ``path``, ``fs``, ``mode``, ``loc``,
+    ``commit()``/``discard()`` (transactions), context manager."""
+
+    def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile,
+                 reopen: Callable[[], InnerFile], retrier: Retrier, *,
+                 verify: Callable[..., bool] | None, spool_memory: int,
+                 autocommit: bool, attempt_timeout: AttemptTimeout | None = None,
+                 state_of: Callable[[str], Any] | None = None) -> None:
+        super().__init__(path, inner, reopen, retrier, verify=verify, spool_memory=spool_memory,
+                         attempt_timeout=attempt_timeout, state_of=state_of)
+        self.fs = fs
+        self.mode = mode
+        self.autocommit = autocommit
+        self._last_inner = inner
+
+    @property
+    def loc(self) -> int:
+        return self.tell()
+
+    def commit(self) -> None:
+        """Commit a file written inside a transaction (``autocommit=False``)."""
+        inner = self._last_inner
+        self._retrier.call("commit", self.path, inner.file.commit)
+
+    def discard(self) -> None:
+        """Throw the file away without committing it."""
+        if not self.closed:
+            self._failed = True  # close() now discards instead of committing
+            self.close()
+        else:
+            inner = self._last_inner
+            if hasattr(inner.file, "discard"):
+                inner.file.discard()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise RuntimeError("Pickling a writeable file is not supported")
+
+    def __repr__(self) -> str:
+        return redact(f"<RetryWriteFile {self.path!r} {self.tell()} bytes written>")
+
+
+class AsyncRetryReadFile:
+    """The async reader of `AsyncRetryFileSystem.open_async`: reads resume after a failure.
+
+    Async streams cannot seek, so after a failure the reads go on as ranged reads from the
+    offset (``_cat_file(path, start, end)``, S3: ``Range: bytes=<offset>-...``): the bytes
+    before the offset are never downloaded again.
+    """
+
+    def __init__(self, fs: Any, path: str, mode: str,
+                 kwargs: Mapping[str, Any]) -> None:
+        self.fs = fs
+        self.path = path
+        self.mode = mode
+        self._kwargs = dict(kwargs)
+        self._inner: Any = None
+        self._ranged_size: int | None = None  # set once reads go on as ranged reads
+        self.loc = 0
+        self.closed = False
+        self._lock = asyncio.Lock()
+
+    @property
+    def size(self) -> int | None:
+        if self._ranged_size is not None:
+            return self._ranged_size
+        return getattr(self._inner, "size", None)
+
+    def tell(self) -> int:
+        return self.loc
+
+    async def _first_open(self) -> None:
+        await self.fs.retrier.acall("open_input_file", self.path, self._open)
+
+    async def _open(self) -> None:
+        self._inner = await self.fs.fs.open_async(self.path, self.mode, **self._kwargs)
+
+    async def _ranged_read(self, length: int) -> bytes:
+        if self._ranged_size is None:
+            info = await self.fs.fs._info(self.path)
+            self._ranged_size = int(info["size"])
+        end = self._ranged_size if length < 0 else min(self._ranged_size, self.loc + length)
+        if end <= self.loc:
+            return b""
+        return bytes(await self.fs.fs._cat_file(self.path, start=self.loc, end=end))
+
+    async def read(self, length: int = -1) -> bytes:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+
+        async def attempt() -> bytes:
+            if self._inner is None:
+                if self.loc == 0 and self._ranged_size is None:
+                    await self._open()
+                else:
+                    return await self._ranged_read(length)
+            try:
+                return await self._inner.read(length)
+            except BaseException:
+                inner, self._inner = self._inner, None
+                await _aclose_quietly(inner)
+                raise
+
+        async with self._lock:
+            data = await self.fs.retrier.acall("read", self.path, attempt)
+            self.loc += len(data)
+        return data
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            inner, self._inner = self._inner, None
+            if inner is not None:
+                await _aclose_quietly(inner)
+
+    async def __aenter__(self) -> AsyncRetryReadFile:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+class AsyncTimedWriteFile:
+    """The async writer of `AsyncRetryFileSystem.open_async`: every write, flush and close is
+    bounded as the sync faces' are (``write_timeout`` plus its bytes in flight at
+    ``min_throughput``).
+
+    An async file is not replayable (nothing keeps its bytes), so an attempt that times out is
+    not retried: it is cancelled (its request abandoned), the file is discarded where the
+    backend allows (``discard()``) and never committed afterwards (a later ``close`` does not
+    send what it holds), and the caller gets a retryable `AttemptTimeoutError` to redo the
+    whole write."""
+
+    def __init__(self, inner: Any, path: str, attempt_timeout: AttemptTimeout) -> None:
+        self._inner = inner
+        self.path = path
+        self._attempt_timeout = attempt_timeout
+        self._broken: AttemptTimeoutError | None = None
+
+    def __getattr__(self, name: str) -> Any:  # loc, tell, mode, blocksize... of the file
+        return getattr(self.__dict__["_inner"], name)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._broken is not None or self._inner.closed)
+
+    async def write(self, data: Any) -> Any:
+        return await self._bounded("write", lambda: self._inner.write(data), len(data))
+
+    async def flush(self, force: bool = False) -> Any:
+        return await self._bounded("flush", lambda: self._inner.flush(force=force), 0)
+
+    async def close(self) -> None:
+        if self._broken is not None:
+            return  # discarded: nothing is committed
+        await self._bounded("close", self._inner.close, 0)
+
+    async def _bounded(self, operation: str, start: Callable[[], Any], size: int) -> Any:
+        if self._broken is not None:
+            raise ValueError(f"{self.path!r}: the file was discarded after {self._broken}")
+        seconds = self._attempt_timeout(operation, size + _buffered(self._inner))
+        if seconds is None:
+            return await start()
+        try:
+            return await wait_for_attempt(start(), seconds, operation, self.path)
+        except AttemptTimeoutError as timeout:
+            self._broken = timeout
+            try:
+                if hasattr(self._inner, "discard"):
+                    self._inner.discard()
+                self._inner.closed = True  # so that its __del__ never commits it either
+            except Exception:  # noqa: BLE001 - best effort: it is never committed by us
+                pass
+            raise
+
+    async def __aenter__(self) -> AsyncTimedWriteFile:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return redact(f"<AsyncTimedWriteFile {self.path!r}>")
+
+
+def _buffered(file: Any) -> int:
+    """The bytes a buffered fsspec file holds (sent by its next flush or its close)."""
+    buffer = getattr(file, "buffer", None)
+    try:
+        return int(buffer.tell()) if buffer is not None else 0
+    except (ValueError, AttributeError, TypeError):
+        return 0
+
+
+async def _aclose_quietly(file: Any) -> None:
+    try:
+        result = file.close()
+        if inspect.isawaitable(result):
+            await result
+    except Exception:  # noqa: BLE001 - a broken stream
+        pass
+
