@@ -1,8 +1,8 @@
 """What one fault costs: the requests and bytes it makes retryfs send again (issue 13's rows).
 
 On `S3FaultEndpoint` through retryfs over pyarrow's ``S3FileSystem`` built as users get it,
-by ``retryfs.from_uri`` (``native_attempts=1``: one retry layer for every call, and output
-streams opened by the write client that keeps ``native_write_attempts`` SDK attempts per
+by ``retryfs.from_uri`` (``client_attempts=1``: one retry layer for every call, and output
+streams opened by the write client that keeps ``client_write_attempts`` SDK attempts per
 request, 3 by default), counted from the endpoint's record of every request:
 
 - one failed UploadPart (part 14 of 16) of a 160 MiB upload: UploadPart requests, part bytes sent
@@ -198,7 +198,7 @@ def cost_of_faults(scale: int, seeds: int, big: bool) -> list[str]:
                      f"{verify.replayed / MiB:.0f} MiB replayed"])
     logging.getLogger("retryfs").setLevel(logging.NOTSET)
     return [table("what one fault costs through retryfs over pyarrow S3 as from_uri builds it "
-                  "(native_attempts=1, write client 3 SDK attempts), counted on the fault endpoint",
+                  "(client_attempts=1, write client 3 SDK attempts), counted on the fault endpoint",
                   ["case", "completed", "faults fired", "requests", "sent/stored", "notes"],
                   rows)]
 

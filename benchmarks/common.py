@@ -72,7 +72,7 @@ def ray_wrapper(fs: pafs.FileSystem) -> pafs.FileSystem | None:
 
 def four(fs: pafs.FileSystem, wrapped: pafs.FileSystem | None = None) -> dict[str, pafs.FileSystem]:
     """``fs`` unwrapped, under the bare proxy, under Ray Data's wrapper and under retryfs as
-    ``retryfs.from_uri`` builds it (``native_attempts=1``: one retry layer; on S3 the output
+    ``retryfs.from_uri`` builds it (``client_attempts=1``: one retry layer; on S3 the output
     streams through the write client with 3 SDK attempts per request).
 
     ``wrapped`` is what the wrappers wrap (``fs`` unless given: e.g. an S3 client whose own
@@ -83,7 +83,7 @@ def four(fs: pafs.FileSystem, wrapped: pafs.FileSystem | None = None) -> dict[st
     ray = ray_wrapper(fs)
     if ray is not None:
         found[RAY] = ray
-    found[RETRYFS] = retryfs.RetryingFileSystem(inner, native_attempts=1)
+    found[RETRYFS] = retryfs.RetryingFileSystem(inner, client_attempts=1)
     return found
 
 

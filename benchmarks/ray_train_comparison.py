@@ -3,7 +3,7 @@
 The same TorchTrainer job (2 CPU workers, gloo DDP, a 12.5 MiB ``model.pt`` checkpoint per
 epoch, ``tests/ray_helpers.py``) runs against retryfs's S3 fault endpoint (moto on loopback)
 under the same fault plan twice: once with ``RunConfig(storage_filesystem=S3FileSystem(...))``,
-once with that same filesystem wrapped in ``RetryingFileSystem(..., native_attempts=1)`` (what
+once with that same filesystem wrapped in ``RetryingFileSystem(..., client_attempts=1)`` (what
 ``retryfs.from_uri`` builds). The native one retries as a user's does on a Ray worker: the AWS
 SDK's default, 3 attempts per request (pyarrow forgets any other ``retry_strategy`` when the
 filesystem is pickled to the workers); with the wrapper, the SDK makes one attempt and retryfs
@@ -111,7 +111,7 @@ def run(endpoint: S3FaultEndpoint, scenario: Scenario, which: str, n: int) -> Ro
     endpoint.create_bucket(BUCKET)
     inner = h.native_s3(endpoint)  # pyarrow's default retries, as on any Ray worker
     fs = inner if which == "native" else retryfs.RetryingFileSystem(inner, POLICY,
-                                                                     native_attempts=1)
+                                                                     client_attempts=1)
     name = f"{scenario.key}-{which}-{n}"
     started = time.perf_counter()
     if scenario.resume:

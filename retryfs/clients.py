@@ -2,12 +2,12 @@
 
 Every storage client retries by itself, and under retryfs those loops multiply: three attempts
 of the AWS SDK times eight of retryfs is 24 requests per failing call, and azure-core's
-exponential policy turns a few 503s into a minute. `with_native_attempts` returns the
-filesystem with its client's loop set to ``attempts`` (``native_attempts=1``: retryfs's policy
+exponential policy turns a few 503s into a minute. `with_client_attempts` returns the
+filesystem with its client's loop set to ``attempts`` (``client_attempts=1``: retryfs's policy
 is the only schedule). It never changes the object it is given (a cached fsspec instance is
 shared): it builds a fresh one. Since pickling loses what is set here (pyarrow forgets
 ``retry_strategy``; fsspec rebuilds from constructor arguments), `RetryingFileSystem` keeps
-``native_attempts`` as configuration and applies it again after unpickling.
+``client_attempts`` as configuration and applies it again after unpickling.
 
 | client | its loop | what ``attempts`` sets |
 | --- | --- | --- |
@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-__all__ = ["resends_by_itself", "with_native_attempts"]
+__all__ = ["resends_by_itself", "with_client_attempts"]
 
 #: google-cloud-cpp's retry limit that leaves exactly one attempt: 0 s is spent before the first
 #: ("Retry policy exhausted before first request attempt"); 1 ms outlives only the first, whose
@@ -42,11 +42,11 @@ GCS_ONE_ATTEMPT = timedelta(milliseconds=1)
 _GCSFS_RETRIED = ("_request", "_get_file_request", "_get_file_concurrent")
 
 
-def with_native_attempts(fs: Any, attempts: int) -> Any:
+def with_client_attempts(fs: Any, attempts: int) -> Any:
     """``fs`` with its client's own retries set to ``attempts`` where retryfs can set them;
     other filesystems are returned as they are."""
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
-        raise ValueError(f"native_attempts must be an int >= 1, got {attempts!r}")
+        raise ValueError(f"client_attempts must be an int >= 1, got {attempts!r}")
     if isinstance(fs, pafs.S3FileSystem):
         return _s3(fs, attempts)
     if isinstance(fs, pafs.GcsFileSystem):
@@ -62,7 +62,7 @@ def with_native_attempts(fs: Any, attempts: int) -> Any:
 
 
 def resends_by_itself(fs: Any) -> bool:
-    """Whether ``fs`` (as retryfs calls it, `with_native_attempts` applied) re-sends a failed
+    """Whether ``fs`` (as retryfs calls it, `with_client_attempts` applied) re-sends a failed
     request on its own, unseen by retryfs, with a "not found" as a possible answer: pyarrow's
     Azure client always, pyarrow's GCS client unless its retries were cut to one attempt.
     (S3 answers a repeated DELETE with success; gcsfs's and adlfs's re-sends are seen by
@@ -108,7 +108,7 @@ def _s3fs(fs: Any, attempts: int) -> Any:
     options["skip_instance_cache"] = True
     fresh = type(fs)(*fs.storage_args, **options)
     fresh.retries = attempts  # s3fs's own loop: a class attribute, not an argument
-    fresh._retryfs_native_attempts = attempts
+    fresh._retryfs_client_attempts = attempts
     return fresh
 
 
@@ -121,7 +121,7 @@ def _gcsfs(fs: Any, attempts: int) -> Any:
         plain = getattr(method, "__wrapped__", None)
         if plain is not None:
             setattr(fresh, name, types.MethodType(retry_request(retries=attempts)(plain), fresh))
-    fresh._retryfs_native_attempts = attempts
+    fresh._retryfs_client_attempts = attempts
     return fresh
 
 
@@ -133,5 +133,5 @@ def _adlfs(fs: Any, attempts: int) -> Any:
     for policy in getattr(pipeline, "_impl_policies", ()):
         if hasattr(policy, "total_retries"):
             policy.total_retries = attempts - 1
-    fresh._retryfs_native_attempts = attempts
+    fresh._retryfs_client_attempts = attempts
     return fresh

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from retryfs.core.budget import RetryBudget, normalize_budget
 from retryfs.core.classify import ErrorClassifier
@@ -39,6 +41,8 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_SPOOL_MEMORY",
     "OPTIONS",
+    "RENAMED",
+    "Default",
     "PARAMETERS",
     "Layer",
     "Parameter",
@@ -46,13 +50,16 @@ __all__ = [
     "config_from_env",
     "config_from_options",
     "config_from_query",
+    "default",
+    "given",
     "merge",
+    "renamed",
 ]
 
 #: Bytes of a write kept in memory for replay before the spool spills to a temporary file.
 DEFAULT_SPOOL_MEMORY = 32 * 1024 * 1024
 #: The most attempts the native client may make inside one retryfs attempt.
-NATIVE_ATTEMPTS_MAX = 100
+CLIENT_ATTEMPTS_MAX = 100
 BACKENDS = ("auto", "arrow", "fsspec")
 _PREFIX = "retry_"
 _ENV_PREFIX = "RETRYFS_"
@@ -60,8 +67,30 @@ _ENV_PREFIX = "RETRYFS_"
 #: The options of a wrapper, in the order of `WrapperConfig`'s fields.
 OPTIONS: tuple[str, ...] = ("policy", "per_operation", "classifier", "retryable_messages",
                             "verify_writes", "spool_memory", "budget", "rate_limit", "timeout",
-                            "native_attempts", "native_write_attempts", "write_timeout",
+                            "client_attempts", "client_write_attempts", "write_timeout",
                             "min_throughput", "stats")
+
+#: Options renamed since 0.1.0 (keyword, ``retry_*`` URL parameter, ``RETRYFS_*`` variable,
+#: protocol option): the old spelling still works, with a ``DeprecationWarning`` naming the new.
+RENAMED: dict[str, str] = {"native_attempts": "client_attempts",
+                           "native_write_attempts": "client_write_attempts"}
+
+
+def renamed(options: Mapping[str, Any], *, warn: bool = True,
+            shown: Callable[[str], str] = repr) -> dict[str, Any]:
+    """``options`` with each old spelling of `RENAMED` under its new name (a
+    ``DeprecationWarning`` names both; the two spellings at once are a ``TypeError``)."""
+    out = dict(options)
+    for old, new in RENAMED.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise TypeError(f"{shown(old)} and {shown(new)} are one option: give {shown(new)}")
+        if warn:
+            warnings.warn(f"{shown(old)} is deprecated: it is now {shown(new)}",
+                          DeprecationWarning, stacklevel=3)
+        out[new] = out.pop(old)
+    return out
 
 
 # -- one wrapper's settings ----------------------------------------------------------------------
@@ -80,9 +109,9 @@ class WrapperConfig:
     - ``verify_writes`` (bool), ``spool_memory`` (bytes >= 0), ``budget`` (a `RetryBudget`,
       True for the default one, False/None for none), ``rate_limit`` (a `RateLimit`, or its
       mode ``"auto"``, ``"on"``, ``"off"``; True/False), ``timeout`` (seconds per attempt of the
-      read and metadata operations, or ``{group or operation: seconds}``), ``native_attempts``
-      (1 to 100, or None: leave the client's own retries alone), ``native_write_attempts``
-      (the same for the requests of write streams; None: 3 when ``native_attempts`` is set, so
+      read and metadata operations, or ``{group or operation: seconds}``), ``client_attempts``
+      (1 to 100, or None: leave the client's own retries alone), ``client_write_attempts``
+      (the same for the requests of write streams; None: 3 when ``client_attempts`` is set, so
       that the SDK re-sends a failed part alone).
     - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
       each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
@@ -99,18 +128,18 @@ class WrapperConfig:
     """
 
     policy: RetryPolicy = field(default_factory=RetryPolicy)
-    per_operation: Mapping[str, Any] = field(default_factory=dict)
+    per_operation: Mapping[str, RetryPolicy | Mapping[str, object]] = field(default_factory=dict)
     classifier: ErrorClassifier = field(default_factory=ErrorClassifier)
-    retryable_messages: tuple[str, ...] = ()
+    retryable_messages: Sequence[str] = ()
     verify_writes: bool = True
-    spool_memory: int = DEFAULT_SPOOL_MEMORY
-    budget: Any = True
-    rate_limit: Any = "auto"
-    timeout: Any = None
-    native_attempts: int | None = None
-    native_write_attempts: int | None = None
-    write_timeout: Any = DEFAULT_WRITE_TIMEOUT
-    min_throughput: Any = DEFAULT_MIN_THROUGHPUT
+    spool_memory: int | str = DEFAULT_SPOOL_MEMORY
+    budget: RetryBudget | bool | None = True
+    rate_limit: RateLimit | str | bool = "auto"
+    timeout: float | Mapping[str, float] | None = None
+    client_attempts: int | None = None
+    client_write_attempts: int | None = None
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
+    min_throughput: float = DEFAULT_MIN_THROUGHPUT
     stats: RetryStats | None = None
 
     def __post_init__(self) -> None:
@@ -145,10 +174,10 @@ class WrapperConfig:
         put("budget", normalize_budget(budget))
         put("rate_limit", _checked("rate_limit", normalize_rate_limit, self.rate_limit))
         put("timeout", _timeout_spec(self.timeout))
-        put("native_attempts", _checked("native_attempts", _native_attempts,
-                                        self.native_attempts))
-        put("native_write_attempts", _checked("native_write_attempts", _native_attempts,
-                                              self.native_write_attempts))
+        put("client_attempts", _checked("client_attempts", _client_attempts,
+                                        self.client_attempts))
+        put("client_write_attempts", _checked("client_write_attempts", _client_attempts,
+                                              self.client_write_attempts))
         put("write_timeout", _checked("write_timeout", _seconds_or_none, self.write_timeout))
         put("min_throughput", _checked("min_throughput", _throughput, self.min_throughput))
         if self.stats is not None and not isinstance(self.stats, RetryStats):
@@ -172,18 +201,20 @@ class WrapperConfig:
         if overrides:
             found = overrides.get(operation)
             if found is not None:
-                return found
+                return cast(RetryPolicy, found)  # resolved in __post_init__
             group = groups.get(operation)
             if group is not None and group in overrides:
-                return overrides[group]
+                return cast(RetryPolicy, overrides[group])
         return self.policy
 
     def timeouts_for(self, operation_groups: Mapping[str, str]) -> dict[str, float]:
         """``{operation: seconds}`` for the operations of one face (its names and groups)."""
-        return resolve_timeouts(self.timeout or None, operation_groups, strict=False)
+        return resolve_timeouts(cast("Mapping[str, float]", self.timeout) or None,
+                               operation_groups, strict=False)
 
     def replace(self, **changes: Any) -> WrapperConfig:
         """A copy with some options changed (checked like a new one)."""
+        changes = renamed(changes)
         _check_names(changes, "WrapperConfig option")
         return dataclasses.replace(self, **changes)
 
@@ -196,8 +227,9 @@ class WrapperConfig:
         return (self.policy, tuple(sorted(self.per_operation.items())), self.classifier,
                 self.retryable_messages, self.verify_writes, self.spool_memory, self.budget,
                 self.rate_limit,
-                tuple(sorted(self.timeout.items())), self.native_attempts,
-                self.native_write_attempts, self.write_timeout, self.min_throughput)
+                tuple(sorted(cast("Mapping[str, float]", self.timeout).items())),
+                self.client_attempts,
+                self.client_write_attempts, self.write_timeout, self.min_throughput)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WrapperConfig):
@@ -215,7 +247,51 @@ class WrapperConfig:
 
 
 def _rebuild_config(options: dict[str, Any]) -> WrapperConfig:
-    return WrapperConfig(**options)
+    return WrapperConfig(**renamed(options, warn=False))  # a pickle of 0.1.0 has old names
+
+
+_dataclass_init = WrapperConfig.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init_accepting_old_names(self: WrapperConfig, *args: Any, **options: Any) -> None:
+    _dataclass_init(self, *args, **renamed(options))
+
+
+WrapperConfig.__init__ = _init_accepting_old_names  # type: ignore[method-assign]
+_FIELDS = {f.name: f for f in dataclasses.fields(WrapperConfig)}
+#: The options whose signature default is None: "not given", the default built when needed.
+_BUILT = frozenset({"policy", "per_operation", "classifier", "stats"})
+
+
+class Default:
+    """The default of an option in a public signature (``verify_writes: bool = default(...)``).
+
+    It shows as the value it stands for (``help()``, an IDE) and marks the option as not given,
+    so that ``config=``, the ``RETRYFS_*`` environment and URL parameters still apply beneath
+    what the code gave (an explicit default in the signature could not tell them apart)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def default(name: str) -> Any:
+    """`WrapperConfig`'s default of option ``name``, as a `Default` (typed to fit the
+    signature's annotation of the option)."""
+    return Default(_FIELDS[name].default)
+
+
+def given(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The options among ``values`` (a signature's arguments) that the caller gave: neither a
+    `Default` nor None for the options built when absent (policy, per_operation, classifier,
+    stats)."""
+    return {name: value for name, value in values.items() if name in _FIELDS
+            and not isinstance(value, Default) and not (value is None and name in _BUILT)}
 
 
 def _checked(name: str, parse: Callable[[Any], Any], value: Any) -> Any:
@@ -345,11 +421,11 @@ def _size(value: Any) -> int:
     return int(match.group(1)) * _UNITS[unit]
 
 
-def _native_attempts(value: Any) -> int | None:
+def _client_attempts(value: Any) -> int | None:
     """1 to 100 attempts of the native client, or None (``none``): its own setting."""
     if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
         return None
-    return _int(value, high=NATIVE_ATTEMPTS_MAX)
+    return _int(value, high=CLIENT_ATTEMPTS_MAX)
 
 
 def _backend(value: Any) -> str:
@@ -456,12 +532,12 @@ def _build_parameters() -> dict[str, Parameter]:
     params["spool_memory"] = Parameter(
         "spool_memory", _size, "32MiB", "128MiB",
         "bytes of a write kept in memory for replay before the spool spills to a temporary file")
-    params["native_attempts"] = Parameter(
-        "native_attempts", _native_attempts, "1", "3",
+    params["client_attempts"] = Parameter(
+        "client_attempts", _client_attempts, "1", "3",
         "attempts the native client makes inside one retryfs attempt (pyarrow's S3FileSystem "
         "only; kept after pickling); 1 makes retryfs the only retry layer")
-    params["native_write_attempts"] = Parameter(
-        "native_write_attempts", _native_attempts, "3 (with native_attempts)", "1",
+    params["client_write_attempts"] = Parameter(
+        "client_write_attempts", _client_attempts, "3 (with client_attempts)", "1",
         "attempts the native client makes per request of a write stream (pyarrow's "
         "S3FileSystem only): the SDK re-sends a failed part alone instead of failing the "
         "stream; every request of an upload is tried up to this x the write policy's attempts")
@@ -577,6 +653,9 @@ def _parse_into(config: Layer, items: Iterable[tuple[str, Any]], *,
                 describe: Callable[[str], str], url: bool, what: str) -> Layer:
     seen: set[str] = set()
     for bare, raw in items:
+        if bare in RENAMED:
+            renamed({bare: raw}, shown=describe)  # the warning
+            bare = RENAMED[bare]
         param = PARAMETERS.get(bare)
         if param is None or (not url and bare in _URL_ONLY):
             raise ValueError(f"unknown {what} {describe(bare)!r}"
@@ -637,7 +716,7 @@ def config_from_env(environ: Mapping[str, str] | None = None, *, url: bool = Tru
         if not name.startswith(_ENV_PREFIX):
             continue
         bare = name[len(_ENV_PREFIX):].lower()
-        if bare in PARAMETERS and (url or bare not in _URL_ONLY):
+        if (bare in PARAMETERS or bare in RENAMED) and (url or bare not in _URL_ONLY):
             items.append((bare, value))
     return _parse_into(Layer(describe=_env_name), sorted(items), describe=_env_name,
                        url=url, what="environment variable")
@@ -653,14 +732,14 @@ def config_from_options(options: Mapping[str, Any]) -> Layer:
 
 # -- the layered merge ---------------------------------------------------------------------------
 
-_SCALARS = ("verify_writes", "spool_memory", "budget", "rate_limit", "native_attempts",
-            "native_write_attempts", "write_timeout", "min_throughput")
+_SCALARS = ("verify_writes", "spool_memory", "budget", "rate_limit", "client_attempts",
+            "client_write_attempts", "write_timeout", "min_throughput")
 
 
 def merge(*, code: Mapping[str, Any] | None = None, top: Layer | None = None,
           env: Layer | None = None, defaults: Mapping[str, Any] | None = None) -> WrapperConfig:
     """One `WrapperConfig` from the layers, lowest first: ``defaults`` (code-typed options that
-    differ from the built-in defaults, e.g. ``from_uri``'s ``native_attempts=1``), ``env``
+    differ from the built-in defaults, e.g. ``from_uri``'s ``client_attempts=1``), ``env``
     (``RETRYFS_*``), ``code`` (keyword arguments: the options of `OPTIONS`), ``top`` (URL
     parameters or protocol options).
 

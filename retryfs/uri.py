@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
@@ -28,8 +28,13 @@ import fsspec.core
 import pyarrow.fs as pafs
 
 from retryfs.arrow.filesystem import RetryingFileSystem
+from retryfs.core.budget import RetryBudget
+from retryfs.core.classify import ErrorClassifier
 from retryfs.core.locations import check_location, check_object_path
+from retryfs.core.policy import RetryPolicy
+from retryfs.core.ratelimit import RateLimit
 from retryfs.core.redact import SECRET_NAME, redact, register_option_secrets, register_secret
+from retryfs.core.stats import RetryStats
 
 from .config import (
     BACKENDS,
@@ -38,7 +43,10 @@ from .config import (
     WrapperConfig,
     config_from_env,
     config_from_query,
+    default,
+    given,
     merge,
+    renamed,
 )
 
 __all__ = [
@@ -128,7 +136,22 @@ def _register_uri_secrets(uri: str) -> None:
 
 
 def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
-             config: WrapperConfig | None = None, **kwargs: Any) -> tuple[Any, str]:
+             config: WrapperConfig | None = None,
+             policy: RetryPolicy | None = None,
+             per_operation: Mapping[str, RetryPolicy | Mapping[str, object]] | None = None,
+             classifier: ErrorClassifier | None = None,
+             retryable_messages: Sequence[str] = default("retryable_messages"),
+             verify_writes: bool = default("verify_writes"),
+             spool_memory: int | str = default("spool_memory"),
+             budget: RetryBudget | bool | None = default("budget"),
+             rate_limit: RateLimit | str | bool = default("rate_limit"),
+             timeout: float | Mapping[str, float] | None = default("timeout"),
+             client_attempts: int | None = default("client_attempts"),
+             client_write_attempts: int | None = default("client_write_attempts"),
+             write_timeout: float | None = default("write_timeout"),
+             min_throughput: float = default("min_throughput"),
+             stats: RetryStats | None = None,
+             **deprecated: Any) -> tuple[RetryingFileSystem, str]:
     """``(RetryingFileSystem, path)`` for a URI or a local path.
 
     ``retry_*`` query parameters (see :data:`PARAMETERS` and the README table) configure the
@@ -137,9 +160,11 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     local paths, mock, hdfs), to ``fsspec.core.url_to_fs`` (inside the URL) for the others
     (memory, http/https, az, gcs with ``retry_backend=fsspec``...). ``storage_options`` are the
     fsspec filesystem's constructor options (fsspec backend only). ``config`` (a
-    `WrapperConfig`) and ``kwargs`` (its options: ``policy``, ``per_operation``,
-    ``classifier``, ``stats``, ``timeout``...) are the code's settings, ``kwargs`` over
-    ``config`` (a complete value: the environment does not fill it in).
+    `WrapperConfig`) and the options (the fields of `WrapperConfig`, each described there)
+    are the code's settings, an option given over ``config`` (a complete value: the
+    environment does not fill it in). Not given, ``client_attempts`` is 1: retryfs is the only
+    retry layer. The spellings of 0.1.0 (``native_attempts``...) still work, with a
+    ``DeprecationWarning``.
 
     Precedence, lowest first: built-in defaults, ``RETRYFS_*`` environment variables, code,
     URL parameters. Error texts (``retryable_messages``) add up. A leading ``retry::`` is
@@ -154,9 +179,10 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     rest, retry_pairs = split_retry_params(uri)
     env = config_from_env()
     url = config_from_query(retry_pairs)
+    kwargs = renamed({**deprecated, **given(locals())})
     code = {**config.options(), **kwargs} if config is not None else dict(kwargs)
     # retryfs is the only retry layer unless told otherwise
-    wrapper = merge(code=code, top=url, env=env, defaults={"native_attempts": 1})
+    wrapper = merge(code=code, top=url, env=env, defaults={"client_attempts": 1})
     backend = url.options.get("backend", env.options.get("backend", "auto"))
     inner, path = _open_backend(rest, backend, storage_options)
     return RetryingFileSystem(inner, config=wrapper), check_object_path(inner, path)

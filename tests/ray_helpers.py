@@ -57,7 +57,7 @@ def s3_options(endpoint: Any) -> dict[str, Any]:
 def native_s3(endpoint: Any, **kwargs: Any) -> pafs.S3FileSystem:
     """pyarrow's ``S3FileSystem`` on the endpoint, as a user builds it: the AWS SDK's default
     retries (3 attempts per request; on a Ray worker whatever was set, since pickling drops
-    ``retry_strategy``). Wrap it with ``native_attempts=1`` to make retryfs the only layer."""
+    ``retry_strategy``). Wrap it with ``client_attempts=1`` to make retryfs the only layer."""
     return pafs.S3FileSystem(**{**s3_options(endpoint), **kwargs})
 
 
@@ -188,7 +188,7 @@ def report_worker_state(bucket: str, s3: dict[str, Any]) -> None:
     rank = ray.train.get_context().get_world_rank()
     state = {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
              "type": type(fs).__name__, "policy": repr(getattr(fs, "policy", None)),
-             "native_attempts": getattr(getattr(fs, "retry_handler", None), "native_attempts",
+             "client_attempts": getattr(getattr(fs, "retry_handler", None), "client_attempts",
                                         None),
              "stats": fs.stats.snapshot() if hasattr(fs, "stats") else None,
              "failed_commits": sorted(fs.failed_commits()) if hasattr(fs, "failed_commits")

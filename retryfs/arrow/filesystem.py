@@ -10,22 +10,22 @@ process: pickling carries the configuration and the inner filesystem only.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 from fsspec.spec import AbstractFileSystem
 
 from retryfs import patches
-from retryfs.clients import resends_by_itself, with_native_attempts
-from retryfs.config import OPTIONS, WrapperConfig, check_operation_names
+from retryfs.clients import resends_by_itself, with_client_attempts
+from retryfs.config import OPTIONS, WrapperConfig, check_operation_names, default, given, renamed
 from retryfs.core.budget import RetryBudget, TokenBucket, bucket_for
 from retryfs.core.classify import ErrorClassifier
 from retryfs.core.engine import Retrier
 from retryfs.core.policy import OPERATION_GROUPS, RetryPolicy
 from retryfs.core.proof import UNKNOWN, Proofs, WriteDigest, arrow_state, is_new, read_md5
-from retryfs.core.ratelimit import RateLimiter, limiter_for
+from retryfs.core.ratelimit import RateLimit, RateLimiter, limiter_for
 from retryfs.core.redact import redact
 from retryfs.core.stats import RetryStats
 from retryfs.core.timeouts import TimedInputStream, timed, write_attempt_timeout, writes_locally
@@ -127,23 +127,23 @@ def changed(after: pafs.FileInfo, before: pafs.FileInfo) -> bool:
 
 
 #: The SDK's own attempts per request of a native S3 write stream when retryfs sets the
-#: client's retries (``native_attempts``) and ``native_write_attempts`` is not given: the AWS
+#: client's retries (``client_attempts``) and ``client_write_attempts`` is not given: the AWS
 #: default, so that a failed UploadPart is re-sent alone by the SDK instead of failing the
 #: stream (whose replay would re-send the whole object).
-DEFAULT_NATIVE_WRITE_ATTEMPTS = 3
+DEFAULT_CLIENT_WRITE_ATTEMPTS = 3
 
 
 def _write_client(given: Any, inner: pafs.FileSystem, config: WrapperConfig) -> pafs.FileSystem:
     """The filesystem that opens output streams: ``inner``, except on a native S3 whose
     retries retryfs sets. A pyarrow S3 stream whose UploadPart failed cannot be continued, so
-    its write client keeps ``native_write_attempts`` SDK attempts per request: the SDK
+    its write client keeps ``client_write_attempts`` SDK attempts per request: the SDK
     re-sending the failed part costs one part, a replay of the stream the whole object."""
-    attempts = config.native_write_attempts
-    if attempts is None and config.native_attempts is not None:
-        attempts = DEFAULT_NATIVE_WRITE_ATTEMPTS
+    attempts = config.client_write_attempts
+    if attempts is None and config.client_attempts is not None:
+        attempts = DEFAULT_CLIENT_WRITE_ATTEMPTS
     if attempts is None or not isinstance(given, pafs.S3FileSystem):
         return inner
-    return with_native_attempts(given, attempts)
+    return with_client_attempts(given, attempts)
 
 
 #: Below this size a file is one part of a native S3 upload (S3's minimum part size; pyarrow's
@@ -171,7 +171,7 @@ def _one_part_client(writer: pafs.FileSystem, attempts: int) -> pafs.FileSystem:
     CompleteMultipartUpload (a tree of 64 MiB + 100 x 64 KiB: 114 requests against 313);
     a file that grew past one part since its listing still becomes a multipart upload."""
     _, (options,) = writer.__reduce__()
-    return with_native_attempts(pafs.S3FileSystem(**dict(options, background_writes=False,
+    return with_client_attempts(pafs.S3FileSystem(**dict(options, background_writes=False,
                                                          allow_delayed_open=True)),
                                 attempts)
 
@@ -207,8 +207,8 @@ class RetryingHandler(pafs.FileSystemHandler):
         ensure_copy_files_guard()
         self.config = config
         given = fs
-        if config.native_attempts is not None:
-            fs = with_native_attempts(fs, config.native_attempts)
+        if config.client_attempts is not None:
+            fs = with_client_attempts(fs, config.client_attempts)
         self.original = fs
         self.inner = as_arrow_filesystem(fs)
         self.writer = _write_client(given, self.inner, config)
@@ -221,11 +221,11 @@ class RetryingHandler(pafs.FileSystemHandler):
             self.original, pafs.FileSystem) else self.original)
         self.failed_commits = FailedCommits()
         self.timeouts = config.timeouts_for(OPERATION_GROUPS)
-        budget = config.budget
+        budget = cast("RetryBudget | None", config.budget)  # normalized
         bucket = bucket_for(self.inner, budget) if budget is not None else None
         self.retrier = Retrier(self.policy_for, config.effective_classifier, self.stats,
                                budget=bucket, timeouts=self.timeouts,
-                               limiter=limiter_for(self.inner, config.rate_limit))
+                               limiter=limiter_for(self.inner, cast(RateLimit, config.rate_limit)))
         if self.timeouts:
             self._call = self._timed_call  # type: ignore[method-assign]
 
@@ -236,7 +236,7 @@ class RetryingHandler(pafs.FileSystemHandler):
 
     @property
     def per_operation(self) -> Mapping[str, RetryPolicy]:
-        return self.config.per_operation
+        return cast(Mapping[str, RetryPolicy], self.config.per_operation)  # checked
 
     @property
     def classifier(self) -> ErrorClassifier:
@@ -254,19 +254,19 @@ class RetryingHandler(pafs.FileSystemHandler):
 
     @property
     def spool_memory(self) -> int:
-        return self.config.spool_memory
+        return cast(int, self.config.spool_memory)  # parsed
 
     @property
     def budget(self) -> RetryBudget | None:
-        return self.config.budget
+        return cast("RetryBudget | None", self.config.budget)  # normalized
 
     @property
-    def native_attempts(self) -> int | None:
-        return self.config.native_attempts
+    def client_attempts(self) -> int | None:
+        return self.config.client_attempts
 
     @property
-    def native_write_attempts(self) -> int | None:
-        return self.config.native_write_attempts
+    def client_write_attempts(self) -> int | None:
+        return self.config.client_write_attempts
 
     @property
     def wrapped_filesystem(self) -> pafs.FileSystem:
@@ -530,7 +530,7 @@ class RetryingHandler(pafs.FileSystemHandler):
         if size is None or size >= ONE_PART or self.writer is self.inner:
             return self.writer
         if self._one_part_writer is None:  # built once, on first use (a race builds two)
-            attempts = self.config.native_write_attempts or DEFAULT_NATIVE_WRITE_ATTEMPTS
+            attempts = self.config.client_write_attempts or DEFAULT_CLIENT_WRITE_ATTEMPTS
             self._one_part_writer = _one_part_client(self.writer, attempts)
         return self._one_part_writer
 
@@ -628,13 +628,32 @@ class RetryingFileSystem(pafs.PyFileSystem):
     """
 
     def __init__(self, fs: Any, policy: RetryPolicy | None = None, *,
-                 config: WrapperConfig | None = None, **options: Any) -> None:
-        """``options``: the options of `WrapperConfig` (``classifier``, ``retryable_messages``,
-        ``per_operation``, ``stats``, ``verify_writes``, ``spool_memory``, ``budget``,
-        ``rate_limit``, ``timeout``, ``native_attempts``, ``native_write_attempts``,
-        ``write_timeout``, ``min_throughput``), over ``config`` when it is given."""
+                 config: WrapperConfig | None = None,
+                 per_operation: Mapping[str, RetryPolicy | Mapping[str, object]] | None = None,
+                 classifier: ErrorClassifier | None = None,
+                 retryable_messages: Sequence[str] = default("retryable_messages"),
+                 verify_writes: bool = default("verify_writes"),
+                 spool_memory: int | str = default("spool_memory"),
+                 budget: RetryBudget | bool | None = default("budget"),
+                 rate_limit: RateLimit | str | bool = default("rate_limit"),
+                 timeout: float | Mapping[str, float] | None = default("timeout"),
+                 client_attempts: int | None = default("client_attempts"),
+                 client_write_attempts: int | None = default("client_write_attempts"),
+                 write_timeout: float | None = default("write_timeout"),
+                 min_throughput: float = default("min_throughput"),
+                 stats: RetryStats | None = None,
+                 **deprecated: Any) -> None:
+        """Wrap ``fs`` (a pyarrow or fsspec filesystem).
+
+        Each option is a field of `WrapperConfig` (which says what it does) and, where it has
+        one, a ``retry_*`` URL parameter and ``RETRYFS_*`` variable. An option left at its
+        default takes its value from ``config`` when given. The spellings of 0.1.0
+        (``native_attempts``, ``native_write_attempts``) still work, with a
+        ``DeprecationWarning``.
+        """
+        options = renamed({**deprecated, **given(locals())})
         handler = fs if isinstance(fs, RetryingHandler) else RetryingHandler(
-            fs, policy, config=config, **options)
+            fs, config=config, **options)
         super().__init__(handler)
         self.__dict__["_retry_handler"] = handler
 

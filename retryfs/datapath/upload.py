@@ -6,7 +6,7 @@ filesystem, move pyarrow buffers from one native stream to the other, close), re
 under the operation ``copy_files`` (policy group ``write``) by reading the source again. The
 happy path moves the bytes with Arrow's own streams (no Python copy, no spool), at the wrapped
 filesystem's speed; part failures inside a native S3 upload are re-sent by its write client
-(``native_write_attempts``), as for any output stream.
+(``client_write_attempts``), as for any output stream.
 
 After each file, the post-commit check runs as its own retried metadata call (``verify``): a
 failed check sends nothing again, a proven missing or short object copies the file again. In a

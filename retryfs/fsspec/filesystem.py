@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 from fsspec.asyn import AsyncFileSystem, async_gen_wrapper, sync_wrapper
 from fsspec.implementations.arrow import ArrowFSWrapper
@@ -49,12 +49,14 @@ from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.spec import AbstractFileSystem
 
 from retryfs.arrow.filesystem import RetryingFileSystem, ensure_copy_files_guard
-from retryfs.clients import with_native_attempts
+from retryfs.clients import with_client_attempts
 from retryfs.config import (
     WrapperConfig,
     check_operation_names,
     config_from_env,
     config_from_options,
+    default,
+    given,
     merge,
 )
 from retryfs.core.budget import RetryBudget, bucket_for
@@ -71,7 +73,7 @@ from retryfs.core.proof import (
     state_before,
     verdict,
 )
-from retryfs.core.ratelimit import RateLimiter, limiter_for
+from retryfs.core.ratelimit import RateLimit, RateLimiter, limiter_for
 from retryfs.core.redact import redact, register_option_secrets
 from retryfs.core.stats import RetryStats
 from retryfs.core.timeouts import timed, write_attempt_timeout, writes_locally
@@ -212,11 +214,37 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         *,
         config: WrapperConfig | None = None,
         policy: RetryPolicy | None = None,
-        per_operation: Mapping[str, RetryPolicy | Mapping[str, Any]] | None = None,
+        per_operation: Mapping[str, RetryPolicy | Mapping[str, object]] | None = None,
         classifier: ErrorClassifier | None = None,
+        retryable_messages: Sequence[str] = default("retryable_messages"),
+        verify_writes: bool = default("verify_writes"),
+        spool_memory: int | str = default("spool_memory"),
+        budget: RetryBudget | bool | None = default("budget"),
+        rate_limit: RateLimit | str | bool = default("rate_limit"),
+        timeout: float | Mapping[str, float] | None = default("timeout"),
+        client_attempts: int | None = default("client_attempts"),
+        client_write_attempts: int | None = default("client_write_attempts"),
+        write_timeout: float | None = default("write_timeout"),
+        min_throughput: float = default("min_throughput"),
         stats: RetryStats | None = None,
         **options: Any,
     ) -> None:
+        """Wrap ``fs``, or the filesystem of ``target_protocol`` with ``target_options``.
+
+        Each option is a field of `WrapperConfig` (which says what it does) and, where it has
+        one, a ``retry_*`` URL parameter and ``RETRYFS_*`` variable. An option left at its
+        default takes its value from ``config`` when given. The spellings of 0.1.0
+        (``native_attempts``, ``native_write_attempts``) still work, with a
+        ``DeprecationWarning``.
+
+        ``options``: fsspec's own (``skip_instance_cache``, ``asynchronous``...) and the
+        ``retry`` protocol's, by the bare names of the URL parameters (``max_attempts=8``,
+        ``write_max_attempts``, strings as in a URL); they apply over the keywords above.
+        """
+        for name, value in given({k: v for k, v in locals().items()
+                                  if k not in ("policy", "per_operation", "classifier",
+                                               "stats")}).items():
+            options.setdefault(name, value)
         own = {k: options.pop(k) for k in list(options) if k in _FSSPEC_OWN}
         retry_options = dict(options)
         inner, inherited = resolve_inner(fs, target_protocol, target_options, own)
@@ -261,7 +289,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
                                               **code["per_operation"]}}
         # a client retryfs builds itself (target_protocol, retry:: URLs) gets one retry layer, as
         # from_uri's; a client handed in (fs=) keeps its own retries unless asked
-        defaults = {"native_attempts": 1} if self.target_protocol is not None else None
+        defaults = {"client_attempts": 1} if self.target_protocol is not None else None
         config = merge(code={**explicit, **code}, top=config_from_options(options),
                        env=config_from_env(url=False), defaults=defaults)
         inner = self.fs
@@ -270,17 +298,17 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         if config.stats is None:
             config = config.replace(stats=RetryStats())
         self.retry_config: WrapperConfig = config
-        if config.native_attempts is not None:  # s3fs, gcsfs, adlfs, or pyarrow's S3 and GCS
+        if config.client_attempts is not None:  # s3fs, gcsfs, adlfs, or pyarrow's S3 and GCS
             if isinstance(inner, ArrowFSWrapper):
-                self.fs = ArrowFSWrapper(with_native_attempts(inner.fs, config.native_attempts))
+                self.fs = ArrowFSWrapper(with_client_attempts(inner.fs, config.client_attempts))
             else:
-                self.fs = with_native_attempts(inner, config.native_attempts)
+                self.fs = with_client_attempts(inner, config.client_attempts)
         self._timeouts = config.timeouts_for(FACE_GROUPS)
-        budget = config.budget
+        budget = cast("RetryBudget | None", config.budget)  # normalized
         bucket = bucket_for(self.fs, budget) if budget is not None else None
         self.retrier = Retrier(self._policy_for, config.effective_classifier, self.stats,
                                budget=bucket, timeouts=self._timeouts,
-                               limiter=limiter_for(self.fs, config.rate_limit))
+                               limiter=limiter_for(self.fs, cast(RateLimit, config.rate_limit)))
 
     @property
     def policy(self) -> RetryPolicy:
@@ -288,7 +316,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
 
     @property
     def per_operation(self) -> Mapping[str, RetryPolicy]:
-        return self.retry_config.per_operation
+        return cast(Mapping[str, RetryPolicy], self.retry_config.per_operation)  # checked
 
     @property
     def classifier(self) -> ErrorClassifier:
@@ -306,11 +334,11 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
 
     @property
     def spool_memory(self) -> int:
-        return self.retry_config.spool_memory
+        return cast(int, self.retry_config.spool_memory)  # parsed
 
     @property
     def budget(self) -> RetryBudget | None:
-        return self.retry_config.budget
+        return cast("RetryBudget | None", self.retry_config.budget)  # normalized
 
     @property
     def rate_limiter(self) -> RateLimiter | None:
@@ -319,11 +347,11 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
 
     @property
     def timeout(self) -> Mapping[str, float] | None:
-        return self.retry_config.timeout or None
+        return cast("Mapping[str, float]", self.retry_config.timeout) or None  # normalized
 
     @property
-    def native_attempts(self) -> int | None:
-        return self.retry_config.native_attempts
+    def client_attempts(self) -> int | None:
+        return self.retry_config.client_attempts
 
     def _policy_for(self, operation: str) -> RetryPolicy:
         return self.retry_config.policy_for(operation, FACE_GROUPS)

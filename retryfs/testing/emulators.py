@@ -39,7 +39,7 @@ from urllib.parse import quote, urlencode
 
 import pyarrow.fs
 
-from retryfs.clients import with_native_attempts
+from retryfs.clients import with_client_attempts
 
 from ._wire import die_with_parent
 from .http import AZURE, GCS, Dialect, HttpFault, HttpFaultProxy, HttpRecord
@@ -304,7 +304,7 @@ class GcsFaultEndpoint(_Emulator):
         options: dict[str, Any] = dict(endpoint_url=self.url, token="anon",
                                        project=self.project, skip_instance_cache=True)
         options.update(kwargs)
-        return with_native_attempts(GCSFileSystem(**options), attempts)
+        return with_client_attempts(GCSFileSystem(**options), attempts)
 
 
 def _azurite_command() -> list[str]:
@@ -415,4 +415,4 @@ class AzureFaultEndpoint(_Emulator):
         options: dict[str, Any] = dict(connection_string=self.connection_string(),
                                        skip_instance_cache=True)
         options.update(kwargs)
-        return with_native_attempts(adlfs.AzureBlobFileSystem(**options), attempts)
+        return with_client_attempts(adlfs.AzureBlobFileSystem(**options), attempts)

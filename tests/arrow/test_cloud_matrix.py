@@ -2,7 +2,7 @@
 
 The clients: pyarrow's `GcsFileSystem` and gcsfs on fake-gcs-server, pyarrow's
 `AzureFileSystem` and adlfs on Azurite, each behind an `HttpFaultProxy` that shapes errors the
-way the provider does, each wrapped in `RetryingFileSystem` (a tiny policy, ``native_attempts=1``:
+way the provider does, each wrapped in `RetryingFileSystem` (a tiny policy, ``client_attempts=1``:
 retryfs is the only retry layer, except under pyarrow's Azure client, whose C++ SDK retries by
 itself and cannot be told otherwise from Python).
 
@@ -437,7 +437,7 @@ _apart = itertools.count(1)
 
 
 def wrapped(client: Client, ep: Any) -> RetryingFileSystem:
-    return RetryingFileSystem(client.make(ep), POLICY, budget=False, native_attempts=1)
+    return RetryingFileSystem(client.make(ep), POLICY, budget=False, client_attempts=1)
 
 
 # -- the matrix ------------------------------------------------------------------------------
@@ -553,7 +553,7 @@ def test_copy_files_of_a_checkpoint_tree_under_a_ten_percent_fault_rate(
         (local / key).write_bytes(data)
     fs = RetryingFileSystem(client.make(ep), RetryPolicy(max_attempts=8, initial_delay=0.001,
                                                          max_delay=0.004, jitter=False),
-                            budget=False, native_attempts=1)
+                            budget=False, client_attempts=1)
     fault = ep.add_fault(HttpFault.internal_error(probability=0.1, seed=7))
     started = time.monotonic()
     pafs.copy_files(str(local / "ckpt"), f"{bucket}/ckpt", source_filesystem=pafs.LocalFileSystem(),

@@ -24,7 +24,7 @@ from retryfs.testing.http import HttpFault
 
 
 def wrapped(inner):
-    return RetryingFileSystem(inner, FAST, budget=False, native_attempts=1)
+    return RetryingFileSystem(inner, FAST, budget=False, client_attempts=1)
 
 
 def ops(ep, *names):
@@ -284,7 +284,7 @@ def test_pyarrow_gcs_with_its_own_retries_move_of_a_source_that_never_existed_st
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("name", "extra"), [
     ("pyarrow_azure", ["ListBlobs"]),
-    ("pyarrow_gcs", []),  # native_attempts=1: it does not re-send
+    ("pyarrow_gcs", []),  # client_attempts=1: it does not re-send
     ("pyarrow_gcs_own_retries", ["objects.get", "objects.list"]),
 ])
 @pytest.mark.parametrize("operation", ["delete_dir", "delete_dir_contents"])
@@ -309,7 +309,7 @@ def test_what_a_directory_delete_costs_on_the_happy_path(
     requests(inner)  # a first one: the client's one-time probes
     bare = requests(inner)
     fs = RetryingFileSystem(ep.pyarrow_fs(**own), FAST, budget=False,
-                            native_attempts=None if own else 1)
+                            client_attempts=None if own else 1)
     requests(fs)
     assert requests(fs) == sorted(bare + extra), bare
     assert fs.stats.snapshot()["retries"] == 0
@@ -444,7 +444,7 @@ def test_what_a_write_costs_on_the_happy_path(name, gcs_fault_endpoint, gcs_faul
 
     requests(inner)  # a first write: the client's one-time probes
     bare = requests(inner)
-    fs = RetryingFileSystem(make(), FAST, budget=False, native_attempts=1, verify_writes=False)
+    fs = RetryingFileSystem(make(), FAST, budget=False, client_attempts=1, verify_writes=False)
     requests(fs)
     through = requests(fs)
     extra = ["GetBlobProperties"] if name == "pyarrow_azure" else []

@@ -81,7 +81,7 @@ def test_cp_uploads_through_faults(ckpt, url, s3_fault_endpoint, s3_fault_bucket
     assert code == 0, err
     assert "copied 4 file(s)" in out and "failed 0" in out
     assert (ep.fired(part), ep.fired(create)) == (1, 1)
-    # from_uri sets the SDK's own attempts to 1 (native_attempts=1): retryfs retried both
+    # from_uri sets the SDK's own attempts to 1 (client_attempts=1): retryfs retried both
     assert "retries 2" in out, out
     assert stored(ep, bucket, "up", digests)
     # not a terminal: one plain line per file on stderr, no progress bar

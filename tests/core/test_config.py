@@ -39,8 +39,8 @@ EVERY_OPTION = dict(
     budget=RetryBudget(capacity=40),
     rate_limit=RateLimit(mode="on", throttles=5),
     timeout={"metadata": 7.0},
-    native_attempts=2,
-    native_write_attempts=4,
+    client_attempts=2,
+    client_write_attempts=4,
     write_timeout=5.0,
     min_throughput=1000.0,
 )
@@ -75,7 +75,7 @@ def test_converting_between_faces_and_pickling_keep_every_option():
     back = face.to_arrow()
     assert back.retry_config == config and back.stats is arrow.stats
     # the attributes each face had before tell the same story
-    assert back.retry_handler.native_attempts == 2 and face.native_attempts == 2
+    assert back.retry_handler.client_attempts == 2 and face.client_attempts == 2
     assert back.retry_handler.verify_writes is False and back.retry_handler.spool_memory == 1024
     assert back.classifier.retryable_messages == ("flaky backend",)
     for clone in (pickle.loads(pickle.dumps(arrow)), cloudpickle.loads(cloudpickle.dumps(face))):
@@ -106,7 +106,7 @@ def test_config_equality_hash_pickle_and_replace():
         config.replace(verify_write=True)
 
 
-# -- drift bug 1: the fsspec face ignored native_attempts --------------------------------------
+# -- drift bug 1: the fsspec face ignored client_attempts --------------------------------------
 
 def _head_requests(endpoint, fs, bucket):
     endpoint.reset_record()
@@ -119,13 +119,13 @@ def _head_requests(endpoint, fs, bucket):
 
 @pytest.mark.parametrize("dumps", [None, pickle.dumps, cloudpickle.dumps],
                          ids=["local", "pickle", "cloudpickle"])
-def test_fsspec_face_honours_native_attempts(s3_fault_endpoint, s3_fault_bucket, dumps):
+def test_fsspec_face_honours_client_attempts(s3_fault_endpoint, s3_fault_bucket, dumps):
     policy = RetryPolicy(max_attempts=2, initial_delay=0.001, max_delay=0.002, jitter=False)
     fs = RetryFileSystem(fs=s3_fault_endpoint.pyarrow_fs(max_attempts=3), policy=policy,
-                         budget=False, native_attempts=1, skip_instance_cache=True)
+                         budget=False, client_attempts=1, skip_instance_cache=True)
     if dumps is not None:
         fs = pickle.loads(dumps(fs))
-    assert fs.native_attempts == 1
+    assert fs.client_attempts == 1
     # two retryfs attempts, one request each (the SDK's three attempts would make six)
     assert _head_requests(s3_fault_endpoint, fs, s3_fault_bucket) == 2
 
@@ -137,7 +137,7 @@ def test_copy_keeps_every_setting_of_an_fsspec_face(tmp_path):
     (tmp_path / "src" / "f.bin").write_bytes(b"x" * 100)
     faulty = FaultyFileSystem(pafs.LocalFileSystem())
     face = RetryFileSystem(fs=faulty, skip_instance_cache=True,
-                           **{**EVERY_OPTION, "native_attempts": None})
+                           **{**EVERY_OPTION, "client_attempts": None})
     from retryfs.transfer.copier import _wrap
 
     wrapped, _, _ = _wrap((face, str(tmp_path / "src")), None, None, "src")
@@ -168,7 +168,7 @@ def test_layers_defaults_environment_code_url(monkeypatch, tmp_path):
     monkeypatch.setenv("RETRYFS_RETRYABLE_MESSAGES", "from env")
     fs, _ = retryfs.from_uri(f"{tmp_path}")
     assert fs.policy.max_attempts == 6 and fs.retry_config.spool_memory == 1024
-    assert fs.retry_config.native_attempts == 1  # from_uri's own default
+    assert fs.retry_config.client_attempts == 1  # from_uri's own default
     fs, _ = retryfs.from_uri(f"file://{tmp_path}?retry_spool_memory=2KiB&"
                              "retry_retryable_messages=from%20url",
                              spool_memory=4096, retryable_messages=["from code"])
@@ -204,7 +204,7 @@ def test_every_policy_field_has_a_range_checked_at_construction(fields, named):
     ("retry_max_attempts=10000000000000000000", "retry_max_attempts"),
     ("retry_initial_delay=1e12&retry_max_delay=1e12", "retry_initial_delay"),
     ("retry_write_max_delay=1e400", "retry_write_max_delay"),
-    ("retry_native_attempts=10000000000000000000", "retry_native_attempts"),
+    ("retry_client_attempts=10000000000000000000", "retry_client_attempts"),
 ])
 def test_huge_numbers_in_a_url_are_value_errors_naming_the_parameter(query, named, tmp_path):
     with pytest.raises(ValueError, match=named):
@@ -274,8 +274,8 @@ def test_anything_else_is_a_value_error_naming_the_option(text, tmp_path):
 @pytest.mark.parametrize("option, value", [
     ("stats", "x"), ("classifier", "x"), ("policy", {"max_attempts": 3}), ("budget", 3),
     ("timeout", "soon"), ("retryable_messages", "one text"), ("per_operation", ["write"]),
-    ("verify_writes", 1), ("spool_memory", 1.5), ("native_attempts", 3.0),
-    ("native_attempts", True),
+    ("verify_writes", 1), ("spool_memory", 1.5), ("client_attempts", 3.0),
+    ("client_attempts", True),
 ])
 def test_a_wrong_type_is_a_type_error_at_construction(option, value):
     with pytest.raises(TypeError, match=option):

@@ -35,7 +35,7 @@ def test_settings_of_0_1_0_load_equal_to_settings_made_now():
     assert isinstance(config, retryfs.WrapperConfig)
     assert config.policy == retryfs.RetryPolicy(max_attempts=7, initial_delay=0.25)
     assert config.per_operation["write"] == retryfs.RetryPolicy(max_attempts=2, initial_delay=0.25)
-    assert (config.native_attempts, config.retryable_messages, config.spool_memory) == (
+    assert (config.client_attempts, config.retryable_messages, config.spool_memory) == (
         1, ("flaky",), 1 << 20)
     assert isinstance(config.budget, retryfs.RetryBudget)
     assert config.rate_limit == retryfs.RateLimit(mode="on")

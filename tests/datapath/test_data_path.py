@@ -299,9 +299,9 @@ def _write_in_chunks(fs, path: str, data: bytes) -> None:
 @pytest.mark.parametrize("client", ["pyarrow", "s3fs"])
 def test_one_failed_part_re_sends_that_part(s3_fault_endpoint, s3_fault_bucket, client):
     ep = s3_fault_endpoint
-    if client == "pyarrow":  # retryfs the only layer for the rest: native_attempts=1
+    if client == "pyarrow":  # retryfs the only layer for the rest: client_attempts=1
         fs, part = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False,
-                                      native_attempts=1), PART
+                                      client_attempts=1), PART
     else:
         fs, part = RetryingFileSystem(ep.s3fs(default_block_size=S3FS_PART), POLICY,
                                       budget=False), S3FS_PART
@@ -324,7 +324,7 @@ def test_a_seeded_rate_of_failed_parts_costs_only_those_parts(s3_fault_endpoint,
     ep = s3_fault_endpoint
     if client == "pyarrow":
         fs, part = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False,
-                                      native_attempts=1), PART
+                                      client_attempts=1), PART
     else:
         fs, part = RetryingFileSystem(ep.s3fs(default_block_size=S3FS_PART), POLICY,
                                       budget=False), S3FS_PART
@@ -360,7 +360,7 @@ def test_copy_files_to_s3_re_reads_the_source_not_a_spool(s3_fault_endpoint, s3_
 
     ep = s3_fault_endpoint
     files = _tree(tmp_path)
-    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False, native_attempts=1)
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False, client_attempts=1)
     failed = ep.add_fault(S3Fault.internal_error(op="UploadPart", path="*/model.pt",
                                                  query={"partNumber": 2}, times=part_failures))
     pafs.copy_files(str(tmp_path), f"{s3_fault_bucket}/ckpt", destination_filesystem=fs,
@@ -388,8 +388,8 @@ def test_copy_files_of_a_file_that_never_commits_raises(s3_fault_endpoint, s3_fa
     # inside a 200 (a file within one part is a single PutObject, as meta.json)
     (tmp_path / "model.pt").write_bytes(OBJECT[:6 * MiB])
     (tmp_path / "meta.json").write_bytes(b"{}")
-    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False, native_attempts=1,
-                            native_write_attempts=1)
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False, client_attempts=1,
+                            client_write_attempts=1)
     ep.add_fault(S3Fault.error_in_200(path="*/model.pt"))  # every commit of model.pt
     with pytest.raises(OSError, match="CompleteMultipartUpload") as info:
         pafs.copy_files(str(tmp_path), f"{s3_fault_bucket}/ckpt", destination_filesystem=fs)

@@ -267,13 +267,13 @@ def test_a_one_part_file_uploads_as_one_put_without_background_writes_with_the_s
     (its part buffer freed where it was allocated) that opens its upload lazily: one
     PutObject, not a CreateMultipartUpload, an UploadPart and a CompleteMultipartUpload
     (unwrapped pyarrow's three). With the write client's SDK attempts:
-    ``native_write_attempts=2`` and two failed PutObject make the SDK give up once, and the
+    ``client_write_attempts=2`` and two failed PutObject make the SDK give up once, and the
     file is copied again from its source (a client that lost its retry strategy would have
     made the 3 default attempts and no retryfs retry); a multi-part file keeps the
     background-writing client."""
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
-    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False, native_attempts=1,
-                            native_write_attempts=2)
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False, client_attempts=1,
+                            client_write_attempts=2)
     handler = fs.retry_handler
     small = handler.writer_for(64 * 1024)
     options = small.__reduce__()[1][0]

@@ -43,7 +43,7 @@ def _gets(ep, key: str):
 
 
 def _source(ep) -> RetryingFileSystem:
-    return RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False, native_attempts=1)
+    return RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False, client_attempts=1)
 
 
 def test_a_cut_mid_download_resends_at_most_the_chunk_being_read(s3_fault_endpoint,
@@ -399,7 +399,7 @@ def test_a_small_file_cut_mid_get_costs_what_a_resumable_read_costs(s3_fault_end
     ep.put_object(bucket, "ckpt/meta/small.bin", SMALL)
     cut = ep.add_fault(S3Fault.truncate(keep_bytes=300_000, op="GetObject", times=1))
     timeouts = {} if read_timeout is None else {"timeout": {"read": read_timeout}}
-    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False, native_attempts=1, **timeouts)
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False, client_attempts=1, **timeouts)
     down = tmp_path / "down"
     down.mkdir()
     pafs.copy_files(f"{bucket}/ckpt", str(down), source_filesystem=fs)

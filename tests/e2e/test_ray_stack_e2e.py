@@ -7,7 +7,7 @@ One `ray.cluster_utils.Cluster` of two nodes on this machine (1 CPU each) serves
 - Ray Train with ``CheckpointUploadMode.ASYNC``: commits that fail in the background upload,
   every reported checkpoint intact;
 - TorchTrainer with one worker per node (``STRICT_SPREAD``): each worker's storage filesystem
-  is the wrapper Ray unpickled there (same policy, ``native_attempts`` kept), with stats and a
+  is the wrapper Ray unpickled there (same policy, ``client_attempts`` kept), with stats and a
   failed-commit record of its own process; every checkpoint intact under faults on both nodes.
 """
 
@@ -49,10 +49,10 @@ def ep(cluster, s3_fault_endpoint):
 
 
 def wrapped(ep):
-    # retryfs the only retry layer, writes included (native_write_attempts=1): the faults below
+    # retryfs the only retry layer, writes included (client_write_attempts=1): the faults below
     # are then retried, and counted, by each worker's own wrapper, not inside the SDK
-    return retryfs.RetryingFileSystem(h.native_s3(ep), POLICY, native_attempts=1,
-                                      native_write_attempts=1)
+    return retryfs.RetryingFileSystem(h.native_s3(ep), POLICY, client_attempts=1,
+                                      client_write_attempts=1)
 
 
 def every_rank_intact(ep, result, ranks=(0, 1)):
@@ -126,7 +126,7 @@ def test_two_nodes_one_worker_each_wrapper_per_process(ep):
     for rank in (0, 1):  # each configured from the pickled wrapper
         assert state[rank]["type"] == "RetryingFileSystem"
         assert state[rank]["policy"] == repr(POLICY)
-        assert state[rank]["native_attempts"] == 1
+        assert state[rank]["client_attempts"] == 1
         assert state[rank]["failed_commits"] == []  # every commit landed in the end
     # stats are per process: each worker counts its own retries, the driver none of them
     assert state[1]["stats"]["retries"] >= 2 and state[0]["stats"]["retries"] >= 1

@@ -8,9 +8,9 @@ checks that ``fit()`` succeeded, that every reported checkpoint is stored byte-i
 endpoint's own copy is hashed against the sha256 the worker reported through Ray) and that a
 restore through the filesystem returns the same bytes.
 
-One local Ray (``num_cpus=2``) serves the module. The wrapper is built with ``native_attempts=1``
+One local Ray (``num_cpus=2``) serves the module. The wrapper is built with ``client_attempts=1``
 (what ``from_uri`` does): the inner ``S3FileSystem`` makes one attempt per request on the workers
-too, except the requests of write streams (``native_write_attempts``, 3: the SDK re-sends a
+too, except the requests of write streams (``client_write_attempts``, 3: the SDK re-sends a
 failed part alone); retryfs is the only other retry layer below Ray's own, and the request
 counts asserted here are exact.
 """
@@ -62,7 +62,7 @@ def ep(ray_cluster, s3_fault_endpoint):
 
 def wrapped(ep, **kwargs):
     return retryfs.RetryingFileSystem(h.native_s3(ep), kwargs.pop("policy", POLICY),
-                                      native_attempts=kwargs.pop("native_attempts", 1), **kwargs)
+                                      client_attempts=kwargs.pop("client_attempts", 1), **kwargs)
 
 
 def assert_all_intact(ep, outcome, epochs=3):
@@ -191,20 +191,20 @@ def test_s3fs_inner(ep):
 # -- composing with Ray's own upload retry -------------------------------------------------------
 
 
-@pytest.mark.parametrize("native_attempts", [1, None], ids=["native-1", "native-default"])
-def test_giveup_under_rays_upload_retry(ep, native_attempts):
+@pytest.mark.parametrize("client_attempts", [1, None], ids=["native-1", "native-default"])
+def test_giveup_under_rays_upload_retry(ep, client_attempts):
     """A commit that never succeeds. The layers multiply, exactly: Ray's upload retry (3
     attempts, on "AWS Error ..." texts) x retryfs (max_attempts=2) x the SDK's own attempts per
-    request of a write stream: 3 either way (with native_attempts=1, as from_uri builds it, the
-    write client keeps native_write_attempts=3 so that a failed part is re-sent alone; without
+    request of a write stream: 3 either way (with client_attempts=1, as from_uri builds it, the
+    write client keeps client_write_attempts=3 so that a failed part is re-sent alone; without
     it, 3 is the SDK default a pickled S3FileSystem has on a Ray worker). The original
     error, with retryfs's notes, reaches the user through fit(); no checkpoint is reported."""
     from ray.train import WorkerGroupError
 
     ep.add_fault(S3Fault.error_in_200(path=MODEL))  # every commit of model.pt
     policy = retryfs.RetryPolicy(max_attempts=2, initial_delay=0.01, jitter=False)
-    storage = wrapped(ep, policy=policy, native_attempts=native_attempts)
-    outcome = h.run_and_inspect(ep, storage, f"giveup-{native_attempts}")
+    storage = wrapped(ep, policy=policy, client_attempts=client_attempts)
+    outcome = h.run_and_inspect(ep, storage, f"giveup-{client_attempts}")
     assert isinstance(outcome.error, WorkerGroupError)
     assert outcome.reported == []
     ray_attempts, sdk = 3, 3
@@ -229,7 +229,7 @@ def test_deadline_bounds_a_giveup_under_ray(ep):
     assert outcome.reported == [] and outcome.error is not None
     # the deadline counts the first commit's own time too: on a loaded machine a slow first
     # commit may leave no room for a second one within the 1 s; each close attempt is up to 3
-    # CompleteMultipartUpload (native_write_attempts)
+    # CompleteMultipartUpload (client_write_attempts)
     assert 3 <= fired(ep, "CompleteMultipartUpload") <= 3 * (1 + 5) * 3
     notes = "\n".join(getattr(outcome.error.worker_failures[0], "__notes__", []))
     assert "(deadline reached)" in notes, notes

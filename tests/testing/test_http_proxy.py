@@ -1,5 +1,5 @@
 """HttpFaultProxy (faults for any HTTP store) and the GCS / Azure emulator endpoints behind it;
-native_attempts over gcsfs, adlfs and pyarrow's GcsFileSystem, pickled too."""
+client_attempts over gcsfs, adlfs and pyarrow's GcsFileSystem, pickled too."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_cloud_sdk_texts_throttle_or_fail(text, decision):
     assert ErrorClassifier().classify(OSError(text)) is decision
 
 
-# -- native_attempts: one retry layer, pickled too ---------------------------------------------
+# -- client_attempts: one retry layer, pickled too ---------------------------------------------
 
 def _client(name, gcs, azure):
     if name == "pyarrow_gcs":
@@ -158,15 +158,15 @@ def _client(name, gcs, azure):
 @pytest.mark.parametrize("dumps", [None, pickle.dumps, cloudpickle.dumps],
                          ids=["local", "pickle", "cloudpickle"])
 @pytest.mark.parametrize("name", ["pyarrow_gcs", "gcsfs", "adlfs"])
-def test_native_attempts_leave_retryfs_the_only_retry_layer(
+def test_client_attempts_leave_retryfs_the_only_retry_layer(
         name, dumps, gcs_fault_endpoint, gcs_fault_bucket, azure_fault_endpoint,
         azure_fault_container):
     ep, inner = _client(name, gcs_fault_endpoint, azure_fault_endpoint)
     bucket = gcs_fault_bucket if ep is gcs_fault_endpoint else azure_fault_container
-    fs = RetryingFileSystem(inner, POLICY, budget=False, native_attempts=1)
+    fs = RetryingFileSystem(inner, POLICY, budget=False, client_attempts=1)
     if dumps is not None:
         fs = pickle.loads(dumps(fs))
-        assert fs.retry_handler.native_attempts == 1
+        assert fs.retry_handler.client_attempts == 1
     ep.put_object(bucket, "obj", b"data")
     ops = ("objects.download",) if ep is gcs_fault_endpoint else ("GetBlob",)
     ep.add_fault(HttpFault.unavailable(op=ops))  # every download fails
@@ -197,7 +197,7 @@ def test_from_uri_reaches_the_emulators_with_retryfs_the_only_retry_layer(
     fs, path = from_uri(ep.uri(f"{bucket}/ckpt", retry_max_attempts=3,
                                retry_initial_delay=0.001, retry_jitter="false",
                                retry_budget="false"))
-    assert path == f"{bucket}/ckpt" and fs.retry_handler.native_attempts == 1
+    assert path == f"{bucket}/ckpt" and fs.retry_handler.client_attempts == 1
     with fs.open_output_stream(f"{path}/model.pt") as f:
         f.write(b"weights" * 1000)
     assert ep.get_object(bucket, "ckpt/model.pt") == b"weights" * 1000

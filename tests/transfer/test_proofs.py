@@ -310,7 +310,7 @@ def test_a_copied_fsspec_wrapper_equals_the_original_and_adds_no_twin_to_the_cac
 @pytest.mark.parametrize("how", ["pickle", "deepcopy", "cloudpickle"])
 def test_a_copied_pyarrow_wrapper_equals_the_original(how, s3_fault_endpoint):
     fs = retryfs.RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(),
-                                    retryfs.RetryPolicy(max_attempts=3), native_attempts=1)
+                                    retryfs.RetryPolicy(max_attempts=3), client_attempts=1)
     copied = _copies()[how](fs)
     assert copied == fs and type(copied) is type(fs)
     assert copied.retry_handler.config == fs.retry_handler.config

@@ -1,4 +1,4 @@
-"""native_attempts: retryfs as the only retry layer over pyarrow's S3FileSystem, pickled too."""
+"""client_attempts: retryfs as the only retry layer over pyarrow's S3FileSystem, pickled too."""
 
 import pickle
 
@@ -25,7 +25,7 @@ def _head_requests(endpoint, fs, bucket):
 
 
 @pytest.mark.slow  # the AWS SDK's own backoff between its 3 attempts (up to 1 s each)
-def test_without_native_attempts_the_sdk_multiplies_every_attempt(s3_fault_endpoint,
+def test_without_client_attempts_the_sdk_multiplies_every_attempt(s3_fault_endpoint,
                                                                   s3_fault_bucket):
     fs = RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(max_attempts=3), POLICY, budget=False)
     assert _head_requests(s3_fault_endpoint, fs, s3_fault_bucket) == 2 * 3
@@ -33,17 +33,17 @@ def test_without_native_attempts_the_sdk_multiplies_every_attempt(s3_fault_endpo
 
 @pytest.mark.parametrize("dumps", [None, pickle.dumps, cloudpickle.dumps],
                          ids=["local", "pickle", "cloudpickle"])
-def test_native_attempts_make_the_policy_exact(s3_fault_endpoint, s3_fault_bucket, dumps):
+def test_client_attempts_make_the_policy_exact(s3_fault_endpoint, s3_fault_bucket, dumps):
     fs = RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(max_attempts=3), POLICY, budget=False,
-                            native_attempts=1)
+                            client_attempts=1)
     if dumps is not None:
         fs = pickle.loads(dumps(fs))
-        assert fs.retry_handler.native_attempts == 1
+        assert fs.retry_handler.client_attempts == 1
     assert _head_requests(s3_fault_endpoint, fs, s3_fault_bucket) == 2
 
 
 @pytest.mark.slow  # the AWS SDK's own backoff between its 3 attempts (up to 1 s each)
-def test_a_pickled_wrapper_without_native_attempts_falls_back_to_the_sdk_default(
+def test_a_pickled_wrapper_without_client_attempts_falls_back_to_the_sdk_default(
         s3_fault_endpoint, s3_fault_bucket):
     # pyarrow's S3FileSystem drops retry_strategy on pickle: 1 attempt becomes the default 3
     fs = RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(max_attempts=1), POLICY, budget=False)
@@ -52,13 +52,13 @@ def test_a_pickled_wrapper_without_native_attempts_falls_back_to_the_sdk_default
     assert _head_requests(s3_fault_endpoint, clone, s3_fault_bucket) == 2 * 3
 
 
-def test_native_attempts_leave_other_filesystems_alone_and_validate():
+def test_client_attempts_leave_other_filesystems_alone_and_validate():
     import pyarrow.fs as pafs
 
     local = pafs.LocalFileSystem()
-    assert RetryingFileSystem(local, native_attempts=1).unwrap() is local
-    with pytest.raises(ValueError, match="native_attempts"):
-        RetryingFileSystem(local, native_attempts=0)
+    assert RetryingFileSystem(local, client_attempts=1).unwrap() is local
+    with pytest.raises(ValueError, match="client_attempts"):
+        RetryingFileSystem(local, client_attempts=0)
 
 
 def test_from_uri_makes_retryfs_the_only_retry_layer_on_s3(s3_fault_endpoint, s3_fault_bucket):
@@ -67,7 +67,7 @@ def test_from_uri_makes_retryfs_the_only_retry_layer_on_s3(s3_fault_endpoint, s3
     uri = s3_fault_endpoint.uri(s3_fault_bucket, retry_max_attempts=2, retry_initial_delay=0.001,
                                 retry_jitter="false", retry_budget="false")
     fs, path = from_uri(uri)
-    assert fs.retry_handler.native_attempts == 1
+    assert fs.retry_handler.client_attempts == 1
     assert _head_requests(s3_fault_endpoint, fs, path) == 2
     clone = cloudpickle.loads(cloudpickle.dumps(fs))  # as Ray ships it to a worker
     assert _head_requests(s3_fault_endpoint, clone, path) == 2
@@ -99,20 +99,20 @@ def test_retry_s3_urls_make_retryfs_the_only_retry_layer_on_s3fs(s3_fault_endpoi
     fs, _ = fsspec.core.url_to_fs(url, s3=_s3fs_options(s3_fault_endpoint),
                                   retry={"max_attempts": 2, "initial_delay": 0.001,
                                          "jitter": False, "budget": False})
-    assert fs.native_attempts == 1 and fs.fs.retries == 1
+    assert fs.client_attempts == 1 and fs.fs.retries == 1
     if dumps is not None:
         fs = pickle.loads(dumps(fs))
     assert _s3fs_head_requests(s3_fault_endpoint, fs, url) == 2
 
 
-def test_native_attempts_reach_an_s3fs_instance_handed_in(s3_fault_endpoint, s3_fault_bucket):
+def test_client_attempts_reach_an_s3fs_instance_handed_in(s3_fault_endpoint, s3_fault_bucket):
     import s3fs
 
     from retryfs.fsspec.filesystem import RetryFileSystem
 
     inner = s3fs.S3FileSystem(**_s3fs_options(s3_fault_endpoint))
-    fs = RetryFileSystem(fs=inner, policy=POLICY, budget=False, native_attempts=1)
+    fs = RetryFileSystem(fs=inner, policy=POLICY, budget=False, client_attempts=1)
     assert fs.fs is not inner and inner.retries == 5  # a fresh client; the given one untouched
     assert _s3fs_head_requests(s3_fault_endpoint, fs, f"{s3_fault_bucket}/key") == 2
-    # handed in without native_attempts, the client keeps its own retries
+    # handed in without client_attempts, the client keeps its own retries
     assert RetryFileSystem(fs=inner, policy=POLICY).fs is inner
