@@ -192,7 +192,7 @@ class WrapperConfig:
     @property
     def effective_classifier(self) -> ErrorClassifier:
         """``classifier`` with ``retryable_messages`` added: what decides."""
-        return self.__dict__["_effective_classifier"]
+        return cast("ErrorClassifier", self.__dict__["_effective_classifier"])
 
     def policy_for(self, operation: str,
                    groups: Mapping[str, str] = ALL_OPERATION_GROUPS) -> RetryPolicy:

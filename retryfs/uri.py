@@ -21,7 +21,7 @@ import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 import fsspec.core
@@ -198,7 +198,7 @@ def _arrow_from_uri(uri: str) -> tuple[Any, str]:
     ``+`` kept); everything else is pyarrow's own parsing of the URI without the key."""
     parts = urlsplit(uri)
     if _scheme_of(uri) not in _AZURE_SCHEMES or parts.password is None:
-        return pafs.FileSystem.from_uri(uri)
+        return cast("tuple[Any, str]", pafs.FileSystem.from_uri(uri))
     key = unquote(parts.password)
     userinfo, _, host = parts.netloc.rpartition("@")
     account = userinfo.split(":", 1)[0]
@@ -238,4 +238,4 @@ def _open_backend(uri: str, backend: str, storage_options: Mapping[str, Any] | N
             except Exception:  # noqa: BLE001 - an exception type that takes other arguments
                 clean = ValueError(shown)
             raise clean from None
-    return fsspec.core.url_to_fs(uri, **dict(storage_options or {}))
+    return cast("tuple[Any, str]", fsspec.core.url_to_fs(uri, **dict(storage_options or {})))

@@ -121,9 +121,9 @@ def changed(after: pafs.FileInfo, before: pafs.FileInfo) -> bool:
     """Whether ``after`` is not the entry ``before`` was: created, or of another kind, size or
     modification time. A destination unchanged since before a move is no proof of the move."""
     if before.type == pafs.FileType.NotFound:
-        return after.type != pafs.FileType.NotFound
-    return (after.type != before.type or after.size != before.size
-            or after.mtime_ns != before.mtime_ns)
+        return bool(after.type != pafs.FileType.NotFound)
+    return bool(after.type != before.type or after.size != before.size
+                or after.mtime_ns != before.mtime_ns)
 
 
 #: The SDK's own attempts per request of a native S3 write stream when retryfs sets the
@@ -176,7 +176,7 @@ def _one_part_client(writer: pafs.FileSystem, attempts: int) -> pafs.FileSystem:
                                 attempts)
 
 
-class RetryingHandler(pafs.FileSystemHandler):
+class RetryingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped library
     """The ``FileSystemHandler`` behind `RetryingFileSystem`.
 
     ``fs`` is any pyarrow or fsspec filesystem; a retryfs wrapper of either face is unwrapped
@@ -313,12 +313,13 @@ class RetryingHandler(pafs.FileSystemHandler):
         return f"retry::{self.inner.type_name}"
 
     def normalize_path(self, path: str) -> str:
-        return self._call("normalize_path", path, self.inner.normalize_path, path)
+        return cast("str", self._call("normalize_path", path, self.inner.normalize_path, path))
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
         # The most frequent call, inlined: one try, one counter; the label only on failure.
         if "get_file_info" in self.timeouts:
-            return self._call("get_file_info", _label(paths), self.inner.get_file_info, paths)
+            infos = self._call("get_file_info", _label(paths), self.inner.get_file_info, paths)
+            return cast("list[pafs.FileInfo]", infos)
         retrier = self.retrier
         started = retrier.clock()  # the deadline counts the first attempt too
         if retrier.limiter is not None:
@@ -329,13 +330,14 @@ class RetryingHandler(pafs.FileSystemHandler):
             error = exc
         else:
             retrier.first_try_succeeded("get_file_info")
-            return infos
+            return cast("list[pafs.FileInfo]", infos)
         return retrier.recover("get_file_info", _label(paths), self.inner.get_file_info,
                                (paths,), {}, error, None, started)
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        return self._call("get_file_info_selector", selector.base_dir,
-                          self.inner.get_file_info, selector)
+        infos = self._call("get_file_info_selector", selector.base_dir,
+                           self.inner.get_file_info, selector)
+        return cast("list[pafs.FileInfo]", infos)
 
     # -- ambiguous outcomes: a retry's error that shows an earlier attempt did the work -------
     # Each check is a call of its own through the retry engine (a transient error in it is
@@ -354,7 +356,7 @@ class RetryingHandler(pafs.FileSystemHandler):
     def _was_directory(self, path: str) -> bool:
         """Before the first attempt, on a client that re-sends by itself: whether ``path`` is
         a directory (one metadata call), the proof that a "not found" later is this call's."""
-        return self._info(path).type == pafs.FileType.Directory
+        return bool(self._info(path).type == pafs.FileType.Directory)
 
     def delete_dir(self, path: str) -> None:
         if not self._resends_by_itself:  # the happy path: one try
@@ -587,7 +589,7 @@ def _as_bytes(data: Any) -> bytes:
     return data if isinstance(data, bytes) else data.to_pybytes()
 
 
-class InputFile(pa.PythonFile):
+class InputFile(pa.PythonFile):  # type: ignore[misc]  # untyped library
     """A retryfs input stream with its metadata.
 
     Arrow cannot read metadata from a Python-implemented stream (``PythonFile.metadata()`` is
@@ -606,7 +608,7 @@ class InputFile(pa.PythonFile):
     def read(self, nbytes: int | None = None) -> bytes:
         if nbytes is None and not self.source.seekable():
             return _as_bytes(self.source.read_buffer(-1))
-        return super().read(nbytes)
+        return cast("bytes", super().read(nbytes))
 
     def read_buffer(self, nbytes: int | None = None) -> pa.Buffer:
         if nbytes is None and not self.source.seekable():
@@ -619,7 +621,7 @@ def _rebuild_handler(fs: Any, config: WrapperConfig) -> RetryingHandler:
     return RetryingHandler(fs, config=config)
 
 
-class RetryingFileSystem(pafs.PyFileSystem):
+class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped library
     """A pyarrow filesystem that retries every operation of ``fs`` on transient failures.
 
     ``fs`` is any pyarrow filesystem or any fsspec filesystem. Hand it to anything that takes a
@@ -659,7 +661,7 @@ class RetryingFileSystem(pafs.PyFileSystem):
 
     @property
     def retry_handler(self) -> RetryingHandler:
-        return self.__dict__["_retry_handler"]
+        return cast("RetryingHandler", self.__dict__["_retry_handler"])
 
     def unwrap(self) -> Any:
         """The filesystem this one wraps, as it was given."""

@@ -7,7 +7,7 @@ so a transient failure became a FileNotFoundError, or an empty listing, that no 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -27,7 +27,7 @@ def _server_error_behind(exc: BaseException) -> bool:
 _MTIME_KEYS = ("LastModified", "last_modified", "updated", "created")
 
 
-class FsspecHandler(pafs.FSSpecHandler):
+class FsspecHandler(pafs.FSSpecHandler):  # type: ignore[misc]  # untyped library
     """pyarrow's ``FSSpecHandler`` minus the checks that hide errors (used by `RetryingFileSystem`
     for fsspec filesystems).
 
@@ -53,7 +53,7 @@ class FsspecHandler(pafs.FSSpecHandler):
 
     def _info_or_none(self, path: str) -> dict[str, Any] | None:
         try:
-            return self.fs.info(path)
+            return cast("dict[str, Any] | None", self.fs.info(path))
         except FileNotFoundError as exc:
             if _server_error_behind(exc):
                 raise

@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
@@ -178,7 +178,7 @@ def _freeze(value: Any) -> Hashable:
         hash(value)
     except TypeError:
         return repr(value)
-    return value
+    return cast("Hashable", value)
 
 
 def endpoint_of(fs: Any) -> tuple[Hashable, str]:

@@ -117,7 +117,7 @@ def _short(error: BaseException, redact: Callable[[str], str], limit: int = 200)
     return redact_and_truncate(error, limit, lambda text: " ".join(redact(text).split()))
 
 
-def _value_of(counter: itertools.count) -> int:
+def _value_of(counter: itertools.count[int]) -> int:
     """How far ``counter`` has counted (``itertools.count`` has no read method; its repr is
     ``count(n)``)."""
     return int(repr(counter)[6:-1])

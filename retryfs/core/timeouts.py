@@ -29,7 +29,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
@@ -333,8 +333,9 @@ class TimedInputStream:
     def _run(self, fn: Callable[[], T]) -> T:
         if self._busy is not None:
             raise OSError(f"retryfs: input stream for {self._path!r} timed out earlier")
-        return run_with_timeout(fn, self._seconds, self._operation, self._path,
-                                on_abandon=self._abandoned)
+        result: T = run_with_timeout(fn, self._seconds, self._operation, self._path,
+                                     on_abandon=self._abandoned)
+        return result
 
     def _abandoned(self, future: Future[Any]) -> None:
         with self._lock:
@@ -381,10 +382,10 @@ class TimedInputStream:
         return bool(getattr(self._inner, "seekable", lambda: False)())
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        return self._run(lambda: self._inner.seek(offset, whence))
+        return cast("int", self._run(lambda: self._inner.seek(offset, whence)))
 
     def tell(self) -> int:
-        return self._inner.tell()
+        return int(self._inner.tell())
 
     @property
     def closed(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from retryfs.core.engine import Retrier
 from retryfs.core.redact import redact
@@ -128,7 +128,7 @@ class RetryReadFile(ResumableInputFile):
             line = self._retrier.call("read", self.path, self._attempt, _readline)
             self._pos += len(line)
             self._inner_pos = self._pos
-        return line
+        return cast("bytes", line)
 
     def info(self) -> dict[str, Any]:
         if self._details is not None:
@@ -154,7 +154,7 @@ def _readline(inner: Any) -> bytes:
 def _reopen_read(fs: _Face, path: str, mode: str, position: int) -> RetryReadFile:
     file = fs.open(path, mode)
     file.seek(position)
-    return file
+    return cast("RetryReadFile", file)
 
 
 class RetryWriteFile(ReplayableOutputStream):
@@ -255,7 +255,7 @@ class AsyncRetryReadFile:
                 else:
                     return await self._ranged_read(length)
             try:
-                return await self._inner.read(length)
+                return cast("bytes", await self._inner.read(length))
             except BaseException:
                 inner, self._inner = self._inner, None
                 await _aclose_quietly(inner)
@@ -264,7 +264,7 @@ class AsyncRetryReadFile:
         async with self._lock:
             data = await self.fs.retrier.acall("read", self.path, attempt)
             self.loc += len(data)
-        return data
+        return cast("bytes", data)
 
     async def close(self) -> None:
         if not self.closed:

@@ -171,7 +171,7 @@ class _CachedPerInstance(type(AbstractFileSystem)):  # type: ignore[misc]
         return super().__call__(*args, **kwargs)
 
 
-class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
+class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):  # type: ignore[misc]
     """An fsspec filesystem that retries every call of another one (protocol ``retry``).
 
     Give the filesystem to wrap as ``fs`` (an fsspec filesystem; a pyarrow one is adapted, a
@@ -440,7 +440,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
 
     # -- paths (the wrapped filesystem's) --------------------------------------------------------
     def unstrip_protocol(self, name: str) -> str:
-        return self.fs.unstrip_protocol(name)
+        return cast("str", self.fs.unstrip_protocol(name))
 
     def invalidate_cache(self, path: str | None = None) -> None:
         self.fs.invalidate_cache(path)
@@ -451,7 +451,7 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):
         return f"retry_{self.fs.fsid}"
 
     def _isfilestore(self) -> bool:
-        return self.fs._isfilestore()
+        return bool(self.fs._isfilestore())
 
     # -- files ---------------------------------------------------------------------------------
     def _open(self, path: str, mode: str = "rb", block_size: int | None = None,
@@ -619,7 +619,7 @@ def _restore(cls: type[RetryFileSystem], args: tuple[Any, ...],
     fresh = cls(*args, **options, skip_instance_cache=True)
     for cached in list(cls._cache.values()):
         if cached == fresh:
-            return cached
+            return cast("RetryFileSystem", cached)
     return fresh
 
 
@@ -706,7 +706,7 @@ RetryFileSystem._rm = _old_rm
 
 # -- the async face ------------------------------------------------------------------------------
 
-class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):
+class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):  # type: ignore[misc]
     """`RetryFileSystem` over an async filesystem: its coroutines retry on the event loop.
 
     Backoff waits with ``asyncio.sleep`` (other tasks run meanwhile); blocking methods run the

@@ -44,7 +44,7 @@ __all__ = ["RetryingCheckpointIO", "split_location"]
 _CHUNK = 64 * 1024 * 1024
 
 
-class _OneBuffer(pafs.FileSystemHandler):
+class _OneBuffer(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped library
     """A read-only filesystem of one file, ``checkpoint``, whose bytes are a buffer in memory:
     the source of an upload that `pyarrow.fs.copy_files` (and so retryfs's copy data path)
     can read again on every attempt without a copy."""
@@ -108,7 +108,7 @@ def split_location(path: Any) -> tuple[str, str, str]:
     return parts.scheme, parts.netloc, f"{parts.netloc}{parts.path}"
 
 
-class RetryingCheckpointIO(CheckpointIO):
+class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped library
     """Save, load and remove Lightning checkpoints through a `retryfs.RetryingFileSystem`.
 
     Args:

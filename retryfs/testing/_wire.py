@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
@@ -81,7 +81,7 @@ class Drop(ConnectionAbortedError):
 RAW_HEADERS = "retryfs.raw_headers"
 
 
-class QuietHandler(WSGIRequestHandler):
+class QuietHandler(WSGIRequestHandler):  # type: ignore[misc]  # untyped library
     """werkzeug's request handler, quiet, closing the connection when the app drops it."""
 
     def run_wsgi(self) -> None:
@@ -114,7 +114,7 @@ class QuietHandler(WSGIRequestHandler):
         environ[RAW_HEADERS] = list(self.headers.items())
         environ[_HANDLER] = self
         self.rfile.draining = False
-        return environ
+        return cast("dict[str, Any]", environ)
 
     def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
         self.close_connection = True
@@ -153,7 +153,7 @@ def _answered(app: Any) -> Any:
     return wrapped
 
 
-class FaultServer(ThreadedWSGIServer):
+class FaultServer(ThreadedWSGIServer):  # type: ignore[misc]  # untyped library
     """werkzeug's threaded server that knows its open connections, to end them on stop, and
     can close one with a TCP RST instead of a FIN. Its request threads are joined by `stop`
     (werkzeug's are daemons, which ``server_close`` does not wait for)."""

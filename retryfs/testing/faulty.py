@@ -30,7 +30,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -199,7 +199,8 @@ class _FaultyOutput(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        return self._fail_if("write", lambda: self._buffer.write(memoryview(data).cast("B")))
+        written = self._fail_if("write", lambda: self._buffer.write(memoryview(data).cast("B")))
+        return int(written)
 
     def flush(self) -> None:
         if not self.closed:
@@ -285,17 +286,18 @@ class _FaultyInput(io.RawIOBase):
         return bool(self._inner.seekable())
 
     def read(self, size: int | None = -1) -> bytes:
-        return self._plan.run("read", self._path, lambda: self._inner.read()
+        data = self._plan.run("read", self._path, lambda: self._inner.read()
                               if size is None or size < 0 else self._inner.read(size))
+        return cast(bytes, data)
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        return self._inner.seek(offset, whence)
+        return int(self._inner.seek(offset, whence))
 
     def tell(self) -> int:
-        return self._inner.tell()
+        return int(self._inner.tell())
 
     def size(self) -> int:
-        return self._inner.size()
+        return int(self._inner.size())
 
     def close(self) -> None:
         if not self.closed:
@@ -303,7 +305,7 @@ class _FaultyInput(io.RawIOBase):
             super().close()
 
 
-class _FaultyHandler(pafs.FileSystemHandler):
+class _FaultyHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped library
     def __init__(self, inner: pafs.FileSystem, plan: _Plan) -> None:
         self.inner, self.plan = inner, plan
 
@@ -320,16 +322,18 @@ class _FaultyHandler(pafs.FileSystemHandler):
         return f"faulty+{self.inner.type_name}"
 
     def normalize_path(self, path: str) -> str:
-        return self.plan.run("normalize_path", path, lambda: self.inner.normalize_path(path))
+        normalized = self.plan.run("normalize_path", path, lambda: self.inner.normalize_path(path))
+        return cast(str, normalized)
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
         for path in paths:  # a read: applied or not, the answer is lost the same way
             self.plan.maybe_fail("get_file_info", path)
-        return self.inner.get_file_info(paths)
+        return cast("list[pafs.FileInfo]", self.inner.get_file_info(paths))
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        return self.plan.run("get_file_info_selector", selector.base_dir,
-                             lambda: self.inner.get_file_info(selector))
+        infos = self.plan.run("get_file_info_selector", selector.base_dir,
+                              lambda: self.inner.get_file_info(selector))
+        return cast("list[pafs.FileInfo]", infos)
 
     def create_dir(self, path: str, recursive: bool) -> None:
         self.plan.run("create_dir", path, lambda: self.inner.create_dir(path, recursive=recursive))
@@ -373,7 +377,7 @@ class _FaultyHandler(pafs.FileSystemHandler):
         return pa.PythonFile(_FaultyAppend(self.plan, inner, path), mode="w")
 
 
-class FaultyFileSystem(pafs.PyFileSystem):
+class FaultyFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped library
     """``inner`` with faults injected where you say (see the module docstring)."""
 
     def __init__(self, inner: pafs.FileSystem | None = None, *,
@@ -387,7 +391,7 @@ class FaultyFileSystem(pafs.PyFileSystem):
 
     @property
     def plan(self) -> _Plan:
-        return self.__dict__["_plan"]
+        return cast("_Plan", self.__dict__["_plan"])
 
     def inject(self, operation: str, error: ErrorFactory | BaseException | None = None, *,
                path: str = "*", skip: int = 0, times: int | None = 1, silent: bool = False,

@@ -29,7 +29,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.sax.saxutils import escape
 
@@ -136,7 +136,8 @@ class GcsDialect(Dialect):
                          r"(?:/(rewriteTo|copyTo)/b/[^/]+/o/.+|/(moveTo)/o/.+|/(compose))?$")
     _BUCKET = re.compile(r"/storage/v1/b(?:/([^/]+))?$")
 
-    def parse(self, method, url_path, query, headers):
+    def parse(self, method: str, url_path: str, query: Mapping[str, str],
+              headers: Mapping[str, str]) -> tuple[str, str]:
         found = self._OBJECT.match(url_path)
         if found:
             kind, bucket, name, action, move, compose = found.groups()
@@ -171,7 +172,8 @@ class GcsDialect(Dialect):
         return url_path.lstrip("/"), "objects.download" if method == "GET" and name else \
             f"{method} {url_path}"
 
-    def error(self, status, code, message, request):
+    def error(self, status: int, code: str, message: str,
+              request: HttpRequest) -> tuple[list[tuple[str, str]], bytes]:
         body = json.dumps({"error": {"code": status, "message": message, "errors": [
             {"message": message, "domain": "global", "reason": code}]}}).encode()
         return [("Content-Type", "application/json; charset=UTF-8")], body
@@ -203,7 +205,8 @@ class AzureDialect(Dialect):
               "your request."),
     }
 
-    def parse(self, method, url_path, query, headers):
+    def parse(self, method: str, url_path: str, query: Mapping[str, str],
+              headers: Mapping[str, str]) -> tuple[str, str]:
         parts = url_path.lstrip("/").split("/", 2)
         container = parts[1] if len(parts) > 1 else ""
         blob = parts[2] if len(parts) > 2 else ""
@@ -239,7 +242,8 @@ class AzureDialect(Dialect):
         return path, {"GET": "GetBlob", "HEAD": "GetBlobProperties",
                       "DELETE": "DeleteBlob"}.get(method, method)
 
-    def error(self, status, code, message, request):
+    def error(self, status: int, code: str, message: str,
+              request: HttpRequest) -> tuple[list[tuple[str, str]], bytes]:
         rid = request_id()
         body = b"" if request.method == "HEAD" else (
             '<?xml version="1.0" encoding="utf-8"?>'
@@ -462,7 +466,7 @@ class HttpFaultProxy(PlanAndRecord[HttpFault, HttpRecord], Listening):
         with self._lock:
             for armed in self._plan:
                 if armed.fires(request):
-                    return armed.fault
+                    return cast("HttpFault | None", armed.fault)
         return None
 
     def _connection(self) -> http.client.HTTPConnection:

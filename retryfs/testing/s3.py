@@ -59,7 +59,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 from xml.sax.saxutils import escape
 
@@ -151,7 +151,7 @@ class _RangeView:
             self._data = buffer.read(max(self._stop - self._start, 0))
 
     def __len__(self) -> int:
-        return self._length
+        return int(self._length)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
@@ -182,10 +182,10 @@ class _RangeView:
         return self.materialise() == other
 
     def __add__(self, other: Any) -> bytes:
-        return self.materialise() + other
+        return cast("bytes", self.materialise() + other)
 
     def __radd__(self, other: Any) -> bytes:
-        return other + self.materialise()
+        return cast("bytes", other + self.materialise())
 
     def __getattr__(self, name: str) -> Any:  # .decode, .startswith, ...: those of the bytes
         if name.startswith("_"):  # a slot not set yet (copy, pickle), or a protocol's probe
@@ -234,12 +234,12 @@ class _CountingInput:
     def read(self, size: int = -1) -> bytes:
         data = self._stream.read(size)
         self.count += len(data)
-        return data
+        return cast("bytes", data)
 
     def readline(self, size: int = -1) -> bytes:
         data = self._stream.readline(size)
         self.count += len(data)
-        return data
+        return cast("bytes", data)
 
     def readinto(self, buffer: Any) -> int:
         n = self._stream.readinto(buffer) or 0
@@ -247,7 +247,7 @@ class _CountingInput:
         return n
 
 
-class _Handler(MotoRequestHandler):
+class _Handler(MotoRequestHandler):  # type: ignore[misc]  # untyped library
     """moto's request handler, quiet, and closing the connection when the app drops it."""
 
     def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
@@ -510,7 +510,7 @@ class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
         with self._lock:
             for armed in self._plan:
                 if armed.fires(request):
-                    return armed.fault
+                    return cast("S3Fault | None", armed.fault)
         return None
 
     def _call_moto(self, environ: dict[str, Any], *, ranged: tuple[int, int | None] | None = None,
@@ -518,8 +518,10 @@ class S3FaultEndpoint(PlanAndRecord[S3Fault, RequestRecord], Listening):
         """moto's answer to `environ`; `ranged`: the range of a GetObject of one (`_one_range`)."""
         captured: list[Any] = []
 
-        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None):
+        def start_response(status: str, headers: list[tuple[str, str]],
+                           exc_info: Any = None) -> Callable[[bytes], None]:
             captured[:] = [status, headers]
+            return captured.append
 
         _serving.range = ranged
         try:
