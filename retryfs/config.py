@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_SPOOL_MEMORY",
     "OPTIONS",
     "RENAMED",
+    "Configured",
     "Default",
     "PARAMETERS",
     "Layer",
@@ -244,6 +245,50 @@ class WrapperConfig:
         options = self.options()
         del options["stats"]
         return (_rebuild_config, (options,))
+
+
+class Configured:
+    """What both faces show of their settings (``retry_config``), read-only."""
+
+    retry_config: WrapperConfig
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self.retry_config.policy
+
+    @property
+    def per_operation(self) -> Mapping[str, RetryPolicy]:
+        return cast(Mapping[str, RetryPolicy], self.retry_config.per_operation)  # resolved
+
+    @property
+    def classifier(self) -> ErrorClassifier:
+        return self.retry_config.effective_classifier
+
+    @property
+    def stats(self) -> RetryStats:
+        stats = self.retry_config.stats
+        assert stats is not None  # a face sets one when it is built
+        return stats
+
+    @property
+    def verify_writes(self) -> bool:
+        return self.retry_config.verify_writes
+
+    @property
+    def spool_memory(self) -> int:
+        return cast(int, self.retry_config.spool_memory)  # parsed
+
+    @property
+    def budget(self) -> RetryBudget | None:
+        return cast("RetryBudget | None", self.retry_config.budget)  # normalized
+
+    @property
+    def client_attempts(self) -> int | None:
+        return self.retry_config.client_attempts
+
+    @property
+    def client_write_attempts(self) -> int | None:
+        return self.retry_config.client_write_attempts
 
 
 def _rebuild_config(options: dict[str, Any]) -> WrapperConfig:

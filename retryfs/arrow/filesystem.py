@@ -19,12 +19,29 @@ from fsspec.spec import AbstractFileSystem
 
 from retryfs import patches
 from retryfs.clients import resends_by_itself, with_client_attempts
-from retryfs.config import OPTIONS, WrapperConfig, check_operation_names, default, given, renamed
+from retryfs.config import (
+    OPTIONS,
+    Configured,
+    WrapperConfig,
+    check_operation_names,
+    default,
+    given,
+    renamed,
+)
 from retryfs.core.budget import RetryBudget, TokenBucket, bucket_for
 from retryfs.core.classify import ErrorClassifier
 from retryfs.core.engine import Retrier
 from retryfs.core.policy import OPERATION_GROUPS, RetryPolicy
-from retryfs.core.proof import UNKNOWN, Proofs, WriteDigest, arrow_state, is_new, read_md5
+from retryfs.core.proof import (
+    UNKNOWN,
+    Proofs,
+    WriteDigest,
+    arrow_entry,
+    arrow_state,
+    is_new,
+    moved_here,
+    read_md5,
+)
 from retryfs.core.ratelimit import RateLimit, RateLimiter, limiter_for
 from retryfs.core.redact import redact
 from retryfs.core.stats import RetryStats
@@ -107,25 +124,6 @@ def _unless(fn: Any, done: Any) -> Any:
     return attempt
 
 
-def holds(dest: pafs.FileInfo, source: pafs.FileInfo) -> bool:
-    """Whether ``dest`` can be what ``source`` became when moved: same kind and size, and not
-    older (a rename keeps the modification time, an object store's copy sets a new one)."""
-    if dest.type != source.type:
-        return False
-    if source.type == pafs.FileType.File and dest.size != source.size:
-        return False
-    return dest.mtime_ns is None or source.mtime_ns is None or dest.mtime_ns >= source.mtime_ns
-
-
-def changed(after: pafs.FileInfo, before: pafs.FileInfo) -> bool:
-    """Whether ``after`` is not the entry ``before`` was: created, or of another kind, size or
-    modification time. A destination unchanged since before a move is no proof of the move."""
-    if before.type == pafs.FileType.NotFound:
-        return bool(after.type != pafs.FileType.NotFound)
-    return bool(after.type != before.type or after.size != before.size
-                or after.mtime_ns != before.mtime_ns)
-
-
 #: The SDK's own attempts per request of a native S3 write stream when retryfs sets the
 #: client's retries (``client_attempts``) and ``client_write_attempts`` is not given: the AWS
 #: default, so that a failed UploadPart is re-sent alone by the SDK instead of failing the
@@ -176,7 +174,7 @@ def _one_part_client(writer: pafs.FileSystem, attempts: int) -> pafs.FileSystem:
                                 attempts)
 
 
-class RetryingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped library
+class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
     """The ``FileSystemHandler`` behind `RetryingFileSystem`.
 
     ``fs`` is any pyarrow or fsspec filesystem; a retryfs wrapper of either face is unwrapped
@@ -205,7 +203,7 @@ class RetryingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped 
         if config.stats is None:
             config = config.replace(stats=RetryStats())
         ensure_copy_files_guard()
-        self.config = config
+        self.retry_config = config
         given = fs
         if config.client_attempts is not None:
             fs = with_client_attempts(fs, config.client_attempts)
@@ -230,43 +228,14 @@ class RetryingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped 
             self._call = self._timed_call  # type: ignore[method-assign]
 
     # -- configuration ---------------------------------------------------------------------------
-    @property
-    def policy(self) -> RetryPolicy:
-        return self.config.policy
 
-    @property
-    def per_operation(self) -> Mapping[str, RetryPolicy]:
-        return cast(Mapping[str, RetryPolicy], self.config.per_operation)  # checked
 
-    @property
-    def classifier(self) -> ErrorClassifier:
-        return self.config.effective_classifier
 
-    @property
-    def stats(self) -> RetryStats:
-        stats = self.config.stats
-        assert stats is not None  # set in __init__
-        return stats
 
-    @property
-    def verify_writes(self) -> bool:
-        return self.config.verify_writes
 
-    @property
-    def spool_memory(self) -> int:
-        return cast(int, self.config.spool_memory)  # parsed
 
-    @property
-    def budget(self) -> RetryBudget | None:
-        return cast("RetryBudget | None", self.config.budget)  # normalized
 
-    @property
-    def client_attempts(self) -> int | None:
-        return self.config.client_attempts
 
-    @property
-    def client_write_attempts(self) -> int | None:
-        return self.config.client_write_attempts
 
     @property
     def wrapped_filesystem(self) -> pafs.FileSystem:
@@ -275,12 +244,12 @@ class RetryingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped 
 
     def policy_for(self, operation: str) -> RetryPolicy:
         """The policy of a method: its own override, else its group's, else the base policy."""
-        return self.config.policy_for(operation, OPERATION_GROUPS)
+        return self.retry_config.policy_for(operation, OPERATION_GROUPS)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RetryingHandler):
             return NotImplemented
-        if self.config != other.config or type(self.original) is not type(other.original):
+        if self.retry_config != other.retry_config or type(self.original) is not type(other.original):
             return False
         return bool(self.original == other.original)
 
@@ -289,10 +258,10 @@ class RetryingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped 
         return result if result is NotImplemented else not result
 
     def __hash__(self) -> int:
-        return hash((type(self.original).__name__, self.policy, self.config.classifier))
+        return hash((type(self.original).__name__, self.policy, self.retry_config.classifier))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_handler, (self.original, self.config))
+        return (_rebuild_handler, (self.original, self.retry_config))
 
     def call(self, operation: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` retried as ``operation`` on ``path`` (with its timeout)."""
@@ -436,13 +405,15 @@ class RetryingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped 
         before, dest_before = self._call("get_file_info", f"{src} -> {dest}",
                                          self.inner.get_file_info, [src, dest])
 
+        source_before = arrow_entry(before)
+
         def moved_already(exc: BaseException) -> bool:
-            if not _is_missing(exc) or before.type == pafs.FileType.NotFound:
+            if not _is_missing(exc) or source_before is None:
                 return False
             src_info, dest_info = self._call("get_file_info", f"{src} -> {dest}",
                                              self.inner.get_file_info, [src, dest])
-            return (src_info.type == pafs.FileType.NotFound and holds(dest_info, before)
-                    and changed(dest_info, dest_before))
+            return (src_info.type == pafs.FileType.NotFound and moved_here(
+                arrow_entry(dest_info), source_before, arrow_entry(dest_before)))
 
         move = self.inner.move
         if self._resends_by_itself:  # its own re-send of the source's lost DELETE: a 404
@@ -532,7 +503,7 @@ class RetryingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped 
         if size is None or size >= ONE_PART or self.writer is self.inner:
             return self.writer
         if self._one_part_writer is None:  # built once, on first use (a race builds two)
-            attempts = self.config.client_write_attempts or DEFAULT_CLIENT_WRITE_ATTEMPTS
+            attempts = self.retry_config.client_write_attempts or DEFAULT_CLIENT_WRITE_ATTEMPTS
             self._one_part_writer = _one_part_client(self.writer, attempts)
         return self._one_part_writer
 
@@ -547,9 +518,9 @@ class RetryingHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped 
         plus the bytes in flight at ``min_throughput``; ``None`` when writes are untimed (the
         deadline stops the retries, not an attempt: an object that needs longer than the
         deadline can still land)."""
-        if self.config.write_timeout is None:
+        if self.retry_config.write_timeout is None:
             return None
-        return write_attempt_timeout(self.config.write_timeout, self.config.min_throughput,
+        return write_attempt_timeout(self.retry_config.write_timeout, self.retry_config.min_throughput,
                                      in_flight)
 
     def _landed(self, path: str, size: int, digest: WriteDigest | None = None,
@@ -670,7 +641,7 @@ class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped li
     @property
     def retry_config(self) -> WrapperConfig:
         """All the settings of this wrapper (hand it to the other face, `copy`, `from_uri`)."""
-        return self.retry_handler.config
+        return self.retry_handler.retry_config
 
     @property
     def policy(self) -> RetryPolicy:
@@ -716,7 +687,7 @@ class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped li
         return self.retry_handler.failed_commits.snapshot()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_filesystem, (self.retry_handler.original, self.retry_handler.config))
+        return (_rebuild_filesystem, (self.retry_handler.original, self.retry_handler.retry_config))
 
     def __getattr__(self, name: str) -> Any:
         handler = self.__dict__.get("_retry_handler")

@@ -34,8 +34,9 @@ from typing import Any, Final
 
 import pyarrow.fs as pafs
 
-__all__ = ["HASHED", "UNKNOWN", "ObjectState", "Proofs", "WriteDigest", "arrow_state",
-           "fsspec_state", "is_new", "read_md5", "state_before", "verdict"]
+__all__ = ["HASHED", "UNKNOWN", "Entry", "ObjectState", "Proofs", "WriteDigest", "arrow_entry",
+           "arrow_state", "fsspec_entry", "fsspec_state", "is_new", "moved_here", "read_md5",
+           "state_before", "verdict"]
 
 #: The bytes of a write hashed (MD5) to prove its content; beyond, the proof is the change of
 #: the destination since before the write.
@@ -217,6 +218,60 @@ def fsspec_state(info: Mapping[str, Any]) -> ObjectState | None:
     return ObjectState(None if size is None else int(size), modified,
                        _etag(info.get("ETag") or info.get("etag")),
                        md5 if isinstance(md5, str) else None)
+
+
+# -- what proves a move -------------------------------------------------------------------------
+#: The keys fsspec implementations give a modification time under (local, arrow, s3fs, gcsfs).
+_MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A path as either face's metadata call shows it: what the proof of a move compares."""
+
+    kind: str  # "file", "directory" or "other"
+    size: int | None = None
+    modified: Any = None  # as the store gives it (compared only with its own kind)
+    etag: str | None = None
+
+
+def arrow_entry(info: pafs.FileInfo) -> Entry | None:
+    """A pyarrow ``FileInfo`` as an `Entry` (``None``: nothing there)."""
+    if info.type == pafs.FileType.NotFound:
+        return None
+    kind = {pafs.FileType.File: "file", pafs.FileType.Directory: "directory"}.get(
+        info.type, "other")
+    return Entry(kind, info.size, info.mtime_ns)
+
+
+def fsspec_entry(info: Mapping[str, Any] | None) -> Entry | None:
+    """An fsspec ``info()`` entry as an `Entry` (``None``: nothing there)."""
+    if info is None:
+        return None
+    modified = next((info[key] for key in _MTIME_KEYS if info.get(key) is not None), None)
+    return Entry(str(info.get("type")), info.get("size"), modified,
+                 info.get("ETag") or info.get("etag"))
+
+
+def holds(dest: Entry, source: Entry) -> bool:
+    """Whether ``dest`` can be what ``source`` became when moved: same kind, same size for a
+    file, and not older (a rename keeps the modification time, an object store's copy sets a
+    new one; times that do not compare are no evidence either way)."""
+    if dest.kind != source.kind or (source.kind == "file" and dest.size != source.size):
+        return False
+    if dest.modified is None or source.modified is None:
+        return True
+    try:
+        return not dest.modified < source.modified
+    except TypeError:
+        return True
+
+
+def moved_here(dest: Entry | None, source_before: Entry, dest_before: Entry | None) -> bool:
+    """The proof of a move whose retry found no source: the destination holds what the source
+    was, and is not what it was before the move (else a third party may have deleted the
+    source beside an older object)."""
+    return dest is not None and holds(dest, source_before) and dest != dest_before
 
 
 def read_md5(read: Callable[[], Any]) -> str:

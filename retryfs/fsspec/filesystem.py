@@ -51,6 +51,7 @@ from fsspec.spec import AbstractFileSystem
 from retryfs.arrow.filesystem import RetryingFileSystem, ensure_copy_files_guard
 from retryfs.clients import with_client_attempts
 from retryfs.config import (
+    Configured,
     WrapperConfig,
     check_operation_names,
     config_from_env,
@@ -171,7 +172,8 @@ class _CachedPerInstance(type(AbstractFileSystem)):  # type: ignore[misc]
         return super().__call__(*args, **kwargs)
 
 
-class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):  # type: ignore[misc]
+class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
+                      metaclass=_CachedPerInstance):
     """An fsspec filesystem that retries every call of another one (protocol ``retry``).
 
     Give the filesystem to wrap as ``fs`` (an fsspec filesystem; a pyarrow one is adapted, a
@@ -310,35 +312,12 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):  # type:
                                budget=bucket, timeouts=self._timeouts,
                                limiter=limiter_for(self.fs, cast(RateLimit, config.rate_limit)))
 
-    @property
-    def policy(self) -> RetryPolicy:
-        return self.retry_config.policy
 
-    @property
-    def per_operation(self) -> Mapping[str, RetryPolicy]:
-        return cast(Mapping[str, RetryPolicy], self.retry_config.per_operation)  # checked
 
-    @property
-    def classifier(self) -> ErrorClassifier:
-        return self.retry_config.effective_classifier
 
-    @property
-    def stats(self) -> RetryStats:
-        stats = self.retry_config.stats
-        assert stats is not None  # set in _configure
-        return stats
 
-    @property
-    def verify_writes(self) -> bool:
-        return self.retry_config.verify_writes
 
-    @property
-    def spool_memory(self) -> int:
-        return cast(int, self.retry_config.spool_memory)  # parsed
 
-    @property
-    def budget(self) -> RetryBudget | None:
-        return cast("RetryBudget | None", self.retry_config.budget)  # normalized
 
     @property
     def rate_limiter(self) -> RateLimiter | None:
@@ -349,9 +328,6 @@ class RetryFileSystem(ChainedFileSystem, metaclass=_CachedPerInstance):  # type:
     def timeout(self) -> Mapping[str, float] | None:
         return cast("Mapping[str, float]", self.retry_config.timeout) or None  # normalized
 
-    @property
-    def client_attempts(self) -> int | None:
-        return self.retry_config.client_attempts
 
     def _policy_for(self, operation: str) -> RetryPolicy:
         return self.retry_config.policy_for(operation, FACE_GROUPS)

@@ -2,60 +2,41 @@
 
 A retry that meets the changed state (nothing to delete, a directory already there, no source
 to move) is success only when the state proves it is this call's work (README: "Ambiguous
-outcomes"), as on the pyarrow face. The checks are ``info`` calls of their own, made through
-the retry engine by the face (a transient error in a check is retried too). The sync face gets
-plain callables; the async face the same decisions with awaited checks.
+outcomes"), as on the pyarrow face (the proof of a move is `retryfs.core.proof.moved_here` on
+both). The checks are ``info`` calls of their own, made through the retry engine by the face (a
+transient error in a check is retried too).
+
+Each decision is written once, as a generator that yields the paths whose ``info`` it needs
+(`_plan`, `_moved_already`, `_made_already`); `sync_reconciler` answers them with plain calls,
+`async_reconciler` with awaited ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from typing import Any, TypeVar
 
-__all__ = ["DELETES", "MKDIRS", "MOVES", "async_reconciler", "changed", "holds",
-           "sync_reconciler"]
+from retryfs.core.proof import Entry, fsspec_entry, moved_here
+
+__all__ = ["DELETES", "MKDIRS", "MOVES", "async_reconciler", "gone", "sync_reconciler"]
 
 Info = Callable[[str], Mapping[str, Any]]
 AsyncInfo = Callable[[str], Awaitable[Mapping[str, Any]]]
 Reconcile = Callable[[BaseException], Any]
+T = TypeVar("T")
+#: A decision that asks for ``info``: it yields ``(path, must_exist)`` and is sent the path's
+#: entry (``None``: nothing there; with ``must_exist``, the not-found error is raised instead).
+Asks = Generator["tuple[str, bool]", "Mapping[str, Any] | None", T]
+Check = Callable[[BaseException], "Asks[bool]"]
 
 DELETES = frozenset({"rm_file", "rm", "rmdir", "delete"})
 MKDIRS = frozenset({"mkdir", "makedirs", "makedir", "mkdirs"})
 MOVES = frozenset({"mv", "move", "rename", "mv_file"})
-#: The keys fsspec implementations give a modification time under (local, arrow, s3fs, gcsfs).
-_MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated")
 
 
 def gone(exc: BaseException) -> bool:
     """A retried delete that finds nothing: the postcondition holds, whoever deleted it."""
     return isinstance(exc, FileNotFoundError)
-
-
-def holds(dest: Mapping[str, Any], source: Mapping[str, Any]) -> bool:
-    """Whether ``dest`` can be what ``source`` became when moved: same kind, same size for a
-    file, and not older (a rename keeps the modification time, an object store's copy sets a
-    new one)."""
-    if dest.get("type") != source.get("type"):
-        return False
-    if source.get("type") == "file" and dest.get("size") != source.get("size"):
-        return False
-    for key in _MTIME_KEYS:
-        if dest.get(key) is not None and source.get(key) is not None:
-            try:
-                return not dest[key] < source[key]
-            except TypeError:  # not comparable (mixed kinds): no evidence either way
-                return True
-    return True
-
-
-def changed(after: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
-    """Whether ``after`` is not the entry ``before`` was (``None``: there was none): another
-    kind, size, modification time or ETag. A destination unchanged since before a move is no
-    proof of the move (a third party may have deleted the source beside an older object)."""
-    if before is None:
-        return True
-    keys = ("type", "size", "ETag", "etag", *_MTIME_KEYS)
-    return any(after.get(key) != before.get(key) for key in keys)
 
 
 def _path(args: tuple[Any, ...], kwargs: Mapping[str, Any], index: int, name: str) -> Any:
@@ -69,78 +50,100 @@ def _moves(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, str] 
     return (src, dst) if isinstance(src, str) and isinstance(dst, str) else None
 
 
-def _info_or_none(info: Info, path: str) -> Mapping[str, Any] | None:
+def _plan(operation: str, args: tuple[Any, ...],
+          kwargs: Mapping[str, Any]) -> Asks[Check | None]:
+    """The check of ``operation(*args, **kwargs)``'s retry errors, or ``None``. For a move, the
+    source's and the destination's entries are taken now, before the first attempt (two
+    metadata calls per move: the price of the proof)."""
+    if operation in DELETES:
+        return _gone
+    if operation in MKDIRS:
+        path = _path(args, kwargs, 0, "path")
+        return None if not isinstance(path, str) else (lambda exc: _made_already(exc, path))
+    if operation in MOVES and (paths := _moves(args, kwargs)) is not None:
+        src, dst = paths
+        before = fsspec_entry((yield src, False))
+        if before is None:  # nothing to move: a retry that finds no source proves nothing
+            return None
+        dst_before = fsspec_entry((yield dst, False))
+        return lambda exc: _moved_already(exc, src, dst, before, dst_before)
+    return None
+
+
+def _gone(exc: BaseException) -> Asks[bool]:
+    return gone(exc)
+    yield  # a generator that asks nothing
+
+
+def _made_already(exc: BaseException, path: str) -> Asks[bool]:
+    # "exists" is this call's work only if what exists is a directory
+    if not isinstance(exc, FileExistsError):
+        return False
+    found = yield path, True
+    return found is not None and found.get("type") == "directory"
+
+
+def _moved_already(exc: BaseException, src: str, dst: str, before: Entry,
+                   dst_before: Entry | None) -> Asks[bool]:
+    if not gone(exc) or (yield src, False) is not None:
+        return False
+    return moved_here(fsspec_entry((yield dst, False)), before, dst_before)
+
+
+def _answer(info: Info, path: str, must_exist: bool) -> Mapping[str, Any] | None:
     try:
         return info(path)
     except FileNotFoundError:
+        if must_exist:
+            raise
         return None
 
 
-async def _ainfo_or_none(info: AsyncInfo, path: str) -> Mapping[str, Any] | None:
+async def _aanswer(info: AsyncInfo, path: str, must_exist: bool) -> Mapping[str, Any] | None:
     try:
         return await info(path)
     except FileNotFoundError:
+        if must_exist:
+            raise
         return None
+
+
+def _run(asks: Asks[T], info: Info) -> T:
+    try:
+        path, must_exist = next(asks)
+        while True:
+            path, must_exist = asks.send(_answer(info, path, must_exist))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def _arun(asks: Asks[T], info: AsyncInfo) -> T:
+    try:
+        path, must_exist = next(asks)
+        while True:
+            path, must_exist = asks.send(await _aanswer(info, path, must_exist))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def sync_reconciler(operation: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                     info: Info) -> Reconcile | None:
     """How a retry's error of ``operation(*args, **kwargs)`` can show an earlier attempt's
-    work, or ``None``. For a move, the source's and the destination's ``info`` are taken now,
-    before the first attempt (two metadata calls per move: the price of the proof)."""
-    if operation in DELETES:
-        return gone
-    if operation in MKDIRS:
-        path = _path(args, kwargs, 0, "path")
-        if not isinstance(path, str):
-            return None
-        # "exists" is this call's work only if what exists is a directory
-        return lambda exc: (isinstance(exc, FileExistsError)
-                            and info(path).get("type") == "directory")
-    if operation in MOVES and (paths := _moves(args, kwargs)) is not None:
-        src, dst = paths
-        before = _info_or_none(info, src)
-        if before is None:  # nothing to move: a retry that finds no source proves nothing
-            return None
-        dst_before = _info_or_none(info, dst)
-
-        def moved_already(exc: BaseException) -> bool:
-            if not gone(exc) or _info_or_none(info, src) is not None:
-                return False
-            after = _info_or_none(info, dst)
-            return after is not None and holds(after, before) and changed(after, dst_before)
-
-        return moved_already
-    return None
+    work, or ``None`` (see `_plan`): a plain callable."""
+    check = _run(_plan(operation, args, kwargs), info)
+    if check is None:
+        return None
+    return lambda exc: _run(check(exc), info)
 
 
 async def async_reconciler(operation: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                            info: AsyncInfo) -> Reconcile | None:
-    """`sync_reconciler` for the async face: the returned check is a coroutine function."""
-    if operation in DELETES:
-        return gone
-    if operation in MKDIRS:
-        path = _path(args, kwargs, 0, "path")
-        if not isinstance(path, str):
-            return None
+    """`sync_reconciler` for the async face: the check is a coroutine function."""
+    check = await _arun(_plan(operation, args, kwargs), info)
+    if check is None:
+        return None
 
-        async def made_already(exc: BaseException) -> bool:
-            return isinstance(exc, FileExistsError) and (
-                await info(path)).get("type") == "directory"
+    async def reconcile(exc: BaseException) -> bool:
+        return await _arun(check(exc), info)
 
-        return made_already
-    if operation in MOVES and (paths := _moves(args, kwargs)) is not None:
-        src, dst = paths
-        before = await _ainfo_or_none(info, src)
-        if before is None:
-            return None
-        dst_before = await _ainfo_or_none(info, dst)
-
-        async def moved_already(exc: BaseException) -> bool:
-            if not gone(exc) or await _ainfo_or_none(info, src) is not None:
-                return False
-            after = await _ainfo_or_none(info, dst)
-            return after is not None and holds(after, before) and changed(after, dst_before)
-
-        return moved_already
-    return None
+    return reconcile

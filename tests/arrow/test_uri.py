@@ -52,9 +52,9 @@ def _observed(fs: RetryingFileSystem, name: str):
     if name == "metadata_timeout":
         return handler.timeouts.get("get_file_info")
     if name in ("write_timeout", "min_throughput"):
-        return getattr(handler.config, name)
+        return getattr(handler.retry_config, name)
     if name == "rate_limit":
-        return handler.config.rate_limit.mode
+        return handler.retry_config.rate_limit.mode
     return getattr(handler, name)  # verify_writes, spool_memory
 
 

@@ -116,8 +116,8 @@ def test_write_timeouts_survive_pickling():
 
     fs = RetryingFileSystem(pafs.LocalFileSystem(), write_timeout=7.0, min_throughput=1000)
     back = pickle.loads(pickle.dumps(fs))
-    assert (back.retry_handler.config.write_timeout,
-            back.retry_handler.config.min_throughput) == (7.0, 1000)
+    assert (back.retry_handler.retry_config.write_timeout,
+            back.retry_handler.retry_config.min_throughput) == (7.0, 1000)
     assert back == fs
 
 

@@ -313,7 +313,7 @@ def test_a_copied_pyarrow_wrapper_equals_the_original(how, s3_fault_endpoint):
                                     retryfs.RetryPolicy(max_attempts=3), client_attempts=1)
     copied = _copies()[how](fs)
     assert copied == fs and type(copied) is type(fs)
-    assert copied.retry_handler.config == fs.retry_handler.config
+    assert copied.retry_handler.retry_config == fs.retry_handler.retry_config
 
 
 # -- a transfer whose source fails for good -------------------------------------------------------
