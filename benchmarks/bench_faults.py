@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 import retryfs
-from benchmarks.common import Tree, ray_wrapper, scratch, section_main, table
+from benchmarks.common import PeakRss, Tree, ray_wrapper, scratch, section_main, table
 from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault, S3FaultEndpoint
 
 BUCKET = "bench-faults"
@@ -170,6 +170,7 @@ class Trial:
     faults: int
     requests: int = 0  # requests the endpoint received, upload and download
     error: str = ""
+    peak_mib: float | None = None  # the process's peak RSS during the trial, above its start
 
 
 def _digests(root: str) -> dict[str, str]:
@@ -206,6 +207,7 @@ def trial(endpoint: S3FaultEndpoint, client: Client, src: str, want: dict[str, s
     nbytes = sum(os.path.getsize(os.path.join(src, n)) for n in want)
     dest = f"{BUCKET}/ckpt"
     local = os.path.join(work, "down")
+    peak = PeakRss()
     started = time.perf_counter()
     error = ""
     sent = served = 0.0
@@ -229,7 +231,15 @@ def trial(endpoint: S3FaultEndpoint, client: Client, src: str, want: dict[str, s
     seconds = time.perf_counter() - started
     faults = sum(endpoint.fired(f) for f in endpoint.faults)
     shutil.rmtree(local, ignore_errors=True)
-    return Trial(not error, sent / nbytes, served / nbytes, seconds, faults, requests, error)
+    return Trial(not error, sent / nbytes, served / nbytes, seconds, faults, requests, error,
+                 peak.mib())
+
+
+def _peak(trials: list[Trial]) -> str:
+    """The median peak RSS of ``trials`` above each one's start (the client's buffers, and the
+    objects the in-process moto server holds: the same tree for every client)."""
+    peaks = [t.peak_mib for t in trials if t.peak_mib is not None]
+    return f"+{statistics.median(peaks):.0f} MiB" if peaks else "n/a"
 
 
 def _spread(values: list[float], digits: int = 2) -> str:
@@ -292,7 +302,7 @@ def under_faults(tree: Tree, rates: tuple[float, ...], trials: int,
             rows.append([client.name, "0%", f"{sum(t.completed for t in clean)}/{len(clean)}",
                          "0", f"{statistics.median(t.sent_per_stored for t in clean):.2f}",
                          f"{statistics.median(t.served_per_read for t in clean):.2f}",
-                         "1.00", f"{base:.2f} s"])
+                         "1.00", f"{base:.2f} s", _peak(clean)])
             for rate in rates:
                 done = [trial(endpoint, client, src, want, work, rate, seed)
                         for seed in range(1, trials + 1)]
@@ -308,13 +318,17 @@ def under_faults(tree: Tree, rates: tuple[float, ...], trials: int,
                     _spread([t.served_per_read for t in ok]),
                     _spread([t.requests / needed for t in ok]),
                     _spread([t.seconds / base for t in ok]) + " x",
+                    _peak(ok),
                 ])
     logging.getLogger("retryfs").setLevel(logging.NOTSET)
     title = (f"upload + download of {tree.describe()} on moto S3 with a seeded share of all "
              f"requests failing (half resets, half 503 SlowDown), {trials} trial(s) per rate; "
-             "median (range) of the completed trials")
+             "median (range) of the completed trials; peak RSS: the benchmark process's peak "
+             "above its start of the trial (the client, and moto's copy of the tree; memory an earlier "
+             "trial freed and the allocator kept is not counted again: compare rows of one rate)")
     lines = [table(title, ["client", "faults", "completed", "faults fired", "sent/stored",
-                           "served/read", "requests/needed", "time vs fault-free"], rows)]
+                           "served/read", "requests/needed", "time vs fault-free",
+                           "peak RSS"], rows)]
     if failures:
         lines.append("failed trials:\n" + "\n".join(f"  {f}" for f in failures))
     if figure is not None:
@@ -342,13 +356,14 @@ def throttle_storm(tree: Tree, storm: float, trials: int) -> list[str]:
                 _spread([t.requests / clean.requests for t in ok]),
                 f"{clean.seconds:.2f} s",
                 _spread([t.seconds for t in ok]) + " s",
+                _peak(ok),
             ])
     logging.getLogger("retryfs").setLevel(logging.NOTSET)
     title = (f"upload + download of {tree.describe()} on moto S3, every request answered 503 "
              f"SlowDown for {storm:g} s from the first object write, {trials} trial(s); "
              "median (range)")
     lines = [table(title, ["client", "completed", "requests/s into the storm",
-                           "requests/needed", "fault-free", "time"], rows)]
+                           "requests/needed", "fault-free", "time", "peak RSS"], rows)]
     if failures:
         lines.append("failed trials:\n" + "\n".join(f"  {f}" for f in failures))
     return ["\n".join(lines)]

@@ -168,6 +168,30 @@ def timing_table(title: str, unit: str, results: dict[str, list[float]], base: s
     return table(title, header, rows)
 
 
+class PeakRss:
+    """The peak resident memory of this process from now on, above what it holds now (Linux:
+    ``VmHWM``, reset by writing 5 to ``/proc/self/clear_refs``), so that one process can
+    measure several clients in turn. ``mib()`` is None where that cannot be read."""
+
+    def __init__(self) -> None:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.start: float | None = _status_mib("VmRSS")
+        except OSError:
+            self.start = None
+
+    def mib(self) -> float | None:
+        if self.start is None:
+            return None
+        return _status_mib("VmHWM") - self.start
+
+
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
+
+
 def scratch_root() -> str:
     """Where bulk files go: tmpfs (/dev/shm) when it has room, else the temp dir."""
     shm = "/dev/shm"

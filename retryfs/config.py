@@ -59,7 +59,7 @@ __all__ = [
 
 #: Bytes of a write kept in memory for replay before the spool spills to a temporary file.
 DEFAULT_SPOOL_MEMORY = 32 * 1024 * 1024
-#: The most attempts the native client may make inside one retryfs attempt.
+#: The most attempts the storage client may make inside one retryfs attempt.
 CLIENT_ATTEMPTS_MAX = 100
 BACKENDS = ("auto", "arrow", "fsspec")
 _PREFIX = "retry_"
@@ -467,7 +467,7 @@ def _size(value: Any) -> int:
 
 
 def _client_attempts(value: Any) -> int | None:
-    """1 to 100 attempts of the native client, or None (``none``): its own setting."""
+    """1 to 100 attempts of the storage client, or None (``none``): its own setting."""
     if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
         return None
     return _int(value, high=CLIENT_ATTEMPTS_MAX)
@@ -579,11 +579,11 @@ def _build_parameters() -> dict[str, Parameter]:
         "bytes of a write kept in memory for replay before the spool spills to a temporary file")
     params["client_attempts"] = Parameter(
         "client_attempts", _client_attempts, "1", "3",
-        "attempts the native client makes inside one retryfs attempt (pyarrow's S3FileSystem "
+        "attempts the storage client makes inside one retryfs attempt (pyarrow's S3FileSystem "
         "only; kept after pickling); 1 makes retryfs the only retry layer")
     params["client_write_attempts"] = Parameter(
         "client_write_attempts", _client_attempts, "3 (with client_attempts)", "1",
-        "attempts the native client makes per request of a write stream (pyarrow's "
+        "attempts the storage client makes per request of a write stream (pyarrow's "
         "S3FileSystem only): the SDK re-sends a failed part alone instead of failing the "
         "stream; every request of an upload is tried up to this x the write policy's attempts")
     params["retryable_messages"] = Parameter(
