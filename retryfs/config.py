@@ -39,14 +39,14 @@ from retryfs.core.timeouts import (
 
 __all__ = [
     "BACKENDS",
-    "DEFAULT_SPOOL_MEMORY",
-    "OPTIONS",
-    "RENAMED",
     "Configured",
+    "DEFAULT_SPOOL_MEMORY",
     "Default",
-    "PARAMETERS",
     "Layer",
+    "OPTIONS",
+    "PARAMETERS",
     "Parameter",
+    "RENAMED",
     "WrapperConfig",
     "config_from_env",
     "config_from_options",

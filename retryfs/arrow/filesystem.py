@@ -131,7 +131,8 @@ def _unless(fn: Any, done: Any) -> Any:
 DEFAULT_CLIENT_WRITE_ATTEMPTS = 3
 
 
-def _write_client(given: Any, inner: pafs.FileSystem, config: WrapperConfig) -> pafs.FileSystem:
+def _write_client(handed: Any, inner: pafs.FileSystem,
+                  config: WrapperConfig) -> pafs.FileSystem:
     """The filesystem that opens output streams: ``inner``, except on a native S3 whose
     retries retryfs sets. A pyarrow S3 stream whose UploadPart failed cannot be continued, so
     its write client keeps ``client_write_attempts`` SDK attempts per request: the SDK
@@ -139,9 +140,9 @@ def _write_client(given: Any, inner: pafs.FileSystem, config: WrapperConfig) -> 
     attempts = config.client_write_attempts
     if attempts is None and config.client_attempts is not None:
         attempts = DEFAULT_CLIENT_WRITE_ATTEMPTS
-    if attempts is None or not isinstance(given, pafs.S3FileSystem):
+    if attempts is None or not isinstance(handed, pafs.S3FileSystem):
         return inner
-    return with_client_attempts(given, attempts)
+    return with_client_attempts(handed, attempts)
 
 
 #: Below this size a file is one part of a native S3 upload (S3's minimum part size; pyarrow's
@@ -204,12 +205,12 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             config = config.replace(stats=RetryStats())
         ensure_copy_files_guard()
         self.retry_config = config
-        given = fs
+        handed = fs
         if config.client_attempts is not None:
             fs = with_client_attempts(fs, config.client_attempts)
         self.original = fs
         self.inner = as_arrow_filesystem(fs)
-        self.writer = _write_client(given, self.inner, config)
+        self.writer = _write_client(handed, self.inner, config)
         self.proofs = Proofs()  # what the copy data path wrote, for the check after its commit
         self._one_part_writer: pafs.FileSystem | None = None
         self._resends_by_itself = resends_by_itself(fs)

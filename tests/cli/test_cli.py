@@ -344,3 +344,13 @@ def test_an_interrupted_command_exits_even_with_a_request_still_in_flight(tmp_pa
             proc.wait()
     assert proc.returncode == 130, err
     assert out == b"partial output"
+
+
+def test_version_names_the_installed_distribution():
+    import io
+
+    import retryfs
+
+    out = io.StringIO()
+    assert main(["--version"], stdout=out, stderr=io.StringIO()) == 0
+    assert out.getvalue().strip() == f"retryfs {retryfs.__version__}"
