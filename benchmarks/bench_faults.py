@@ -20,6 +20,9 @@ SlowDown for some seconds from the upload's first object write on, then healthy.
 sent into the storm per second, the requests it sent per request the fault-free run needed,
 and its time; retryfs appears twice, with its rate limiter (``auto``, the default) and without.
 
+Peak RSS: each client's fault-free upload and download once more, in an interpreter of its own
+(imports done before the measure starts), against the same endpoint served from this process.
+
 Usage: python -m benchmarks.bench_faults [--quick]
 """
 
@@ -30,6 +33,8 @@ import logging
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -170,7 +175,6 @@ class Trial:
     faults: int
     requests: int = 0  # requests the endpoint received, upload and download
     error: str = ""
-    peak_mib: float | None = None  # the process's peak RSS during the trial, above its start
 
 
 def _digests(root: str) -> dict[str, str]:
@@ -207,7 +211,6 @@ def trial(endpoint: S3FaultEndpoint, client: Client, src: str, want: dict[str, s
     nbytes = sum(os.path.getsize(os.path.join(src, n)) for n in want)
     dest = f"{BUCKET}/ckpt"
     local = os.path.join(work, "down")
-    peak = PeakRss()
     started = time.perf_counter()
     error = ""
     sent = served = 0.0
@@ -231,15 +234,7 @@ def trial(endpoint: S3FaultEndpoint, client: Client, src: str, want: dict[str, s
     seconds = time.perf_counter() - started
     faults = sum(endpoint.fired(f) for f in endpoint.faults)
     shutil.rmtree(local, ignore_errors=True)
-    return Trial(not error, sent / nbytes, served / nbytes, seconds, faults, requests, error,
-                 peak.mib())
-
-
-def _peak(trials: list[Trial]) -> str:
-    """The median peak RSS of ``trials`` above each one's start (the client's buffers, and the
-    objects the in-process moto server holds: the same tree for every client)."""
-    peaks = [t.peak_mib for t in trials if t.peak_mib is not None]
-    return f"+{statistics.median(peaks):.0f} MiB" if peaks else "n/a"
+    return Trial(not error, sent / nbytes, served / nbytes, seconds, faults, requests, error)
 
 
 def _spread(values: list[float], digits: int = 2) -> str:
@@ -283,6 +278,44 @@ def _figure(series: dict[str, list[tuple[float, float, float]]], path: Path) -> 
     return f"figure: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
 
 
+class _Remote(S3FaultEndpoint):
+    """The client side of an endpoint served by another process: its address, no server."""
+
+    def __init__(self, host: str, port: int, region: str) -> None:  # no moto here
+        self._address = (host, port)
+        self.region = region
+
+    @property
+    def port(self) -> int:
+        return self._address[1]
+
+
+def _own_process_peak(endpoint: S3FaultEndpoint, name: str, src: str, want: dict[str, str],
+                      work: str) -> str:
+    """Client ``name``'s peak RSS over one fault-free upload and download, in a fresh
+    interpreter (its imports done before the measure starts), against ``endpoint`` here."""
+    endpoint.reset()
+    endpoint.create_bucket(BUCKET)
+    down = os.path.join(work, "rss-down")
+    child = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_faults", "--rss-child", name, endpoint.host,
+         str(endpoint.port), endpoint.region, src, down],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    intact = child.returncode == 0 and _digests(down) == want
+    shutil.rmtree(down, ignore_errors=True)
+    if not intact:
+        return f"failed: {(child.stderr.strip().splitlines() or ['?'])[-1][:60]}"
+    return f"+{float(child.stdout.split()[-1]):.0f} MiB"
+
+
+def _rss_child(name: str, host: str, port: str, region: str, src: str, down: str) -> None:
+    client = next(c for c in clients(_Remote(host, int(port), region)) if c.name == name)
+    peak = PeakRss()
+    client.upload(src, f"{BUCKET}/ckpt")
+    client.download(f"{BUCKET}/ckpt", down)
+    print(peak.mib())
+
+
 def under_faults(tree: Tree, rates: tuple[float, ...], trials: int,
                  figure: Path | None = None) -> list[str]:
     rows = []
@@ -302,7 +335,8 @@ def under_faults(tree: Tree, rates: tuple[float, ...], trials: int,
             rows.append([client.name, "0%", f"{sum(t.completed for t in clean)}/{len(clean)}",
                          "0", f"{statistics.median(t.sent_per_stored for t in clean):.2f}",
                          f"{statistics.median(t.served_per_read for t in clean):.2f}",
-                         "1.00", f"{base:.2f} s", _peak(clean)])
+                         "1.00", f"{base:.2f} s",
+                         _own_process_peak(endpoint, client.name, src, want, work)])
             for rate in rates:
                 done = [trial(endpoint, client, src, want, work, rate, seed)
                         for seed in range(1, trials + 1)]
@@ -318,14 +352,13 @@ def under_faults(tree: Tree, rates: tuple[float, ...], trials: int,
                     _spread([t.served_per_read for t in ok]),
                     _spread([t.requests / needed for t in ok]),
                     _spread([t.seconds / base for t in ok]) + " x",
-                    _peak(ok),
+                    "",
                 ])
     logging.getLogger("retryfs").setLevel(logging.NOTSET)
     title = (f"upload + download of {tree.describe()} on moto S3 with a seeded share of all "
              f"requests failing (half resets, half 503 SlowDown), {trials} trial(s) per rate; "
-             "median (range) of the completed trials; peak RSS: the benchmark process's peak "
-             "above its start of the trial (the client, and moto's copy of the tree; memory an earlier "
-             "trial freed and the allocator kept is not counted again: compare rows of one rate)")
+             "median (range) of the completed trials; peak RSS: one fault-free upload and "
+             "download in a process of its own, its peak above its start (the server in this one)")
     lines = [table(title, ["client", "faults", "completed", "faults fired", "sent/stored",
                            "served/read", "requests/needed", "time vs fault-free",
                            "peak RSS"], rows)]
@@ -356,14 +389,13 @@ def throttle_storm(tree: Tree, storm: float, trials: int) -> list[str]:
                 _spread([t.requests / clean.requests for t in ok]),
                 f"{clean.seconds:.2f} s",
                 _spread([t.seconds for t in ok]) + " s",
-                _peak(ok),
             ])
     logging.getLogger("retryfs").setLevel(logging.NOTSET)
     title = (f"upload + download of {tree.describe()} on moto S3, every request answered 503 "
              f"SlowDown for {storm:g} s from the first object write, {trials} trial(s); "
              "median (range)")
     lines = [table(title, ["client", "completed", "requests/s into the storm",
-                           "requests/needed", "fault-free", "time", "peak RSS"], rows)]
+                           "requests/needed", "fault-free", "time"], rows)]
     if failures:
         lines.append("failed trials:\n" + "\n".join(f"  {f}" for f in failures))
     return ["\n".join(lines)]
@@ -378,4 +410,7 @@ def run(quick: bool) -> list[str]:
 
 
 if __name__ == "__main__":
-    section_main(run, __doc__)
+    if sys.argv[1:2] == ["--rss-child"]:
+        _rss_child(*sys.argv[2:])
+    else:
+        section_main(run, __doc__)
