@@ -116,3 +116,11 @@ def test_both_spellings_at_once_and_a_typo_are_errors_naming_the_option():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         retryfs.RetryingFileSystem(pafs.LocalFileSystem(), client_attempts=1)  # no warning
+
+
+def test_the_configuration_page_names_every_option():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    for name in OPTIONS:
+        assert f"`{name}`" in page, f"docs/configuration.md: name the option {name}"
