@@ -10,6 +10,7 @@ process: pickling carries the configuration and the inner filesystem only.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -246,6 +247,13 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
     def policy_for(self, operation: str) -> RetryPolicy:
         """The policy of a method: its own override, else its group's, else the base policy."""
         return self.retry_config.policy_for(operation, OPERATION_GROUPS)
+
+    @property
+    def config(self) -> WrapperConfig:
+        """Deprecated: `retry_config` (the name on both faces)."""
+        warnings.warn("RetryingHandler.config is deprecated: it is now retry_config",
+                      DeprecationWarning, stacklevel=2)
+        return self.retry_config
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RetryingHandler):

@@ -124,3 +124,9 @@ def test_the_configuration_page_names_every_option():
     page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     for name in OPTIONS:
         assert f"`{name}`" in page, f"docs/configuration.md: name the option {name}"
+
+
+def test_the_handlers_old_config_attribute_warns_and_answers():
+    fs = retryfs.RetryingFileSystem(pafs.LocalFileSystem(), verify_writes=False)
+    with pytest.warns(DeprecationWarning, match="retry_config"):
+        assert fs.retry_handler.config is fs.retry_config
