@@ -32,6 +32,8 @@ Check = Callable[[BaseException], "Asks[bool]"]
 DELETES = frozenset({"rm_file", "rm", "rmdir", "delete"})
 MKDIRS = frozenset({"mkdir", "makedirs", "makedir", "mkdirs"})
 MOVES = frozenset({"mv", "move", "rename", "mv_file"})
+#: The operations a retry may prove done; every other call has no check to build.
+_CHECKED = DELETES | MKDIRS | MOVES
 
 
 def gone(exc: BaseException) -> bool:
@@ -130,6 +132,8 @@ def sync_reconciler(operation: str, args: tuple[Any, ...], kwargs: Mapping[str, 
                     info: Info) -> Reconcile | None:
     """How a retry's error of ``operation(*args, **kwargs)`` can show an earlier attempt's
     work, or ``None`` (see `_plan`): a plain callable."""
+    if operation not in _CHECKED:
+        return None
     check = _run(_plan(operation, args, kwargs), info)
     if check is None:
         return None
@@ -139,6 +143,8 @@ def sync_reconciler(operation: str, args: tuple[Any, ...], kwargs: Mapping[str, 
 async def async_reconciler(operation: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                            info: AsyncInfo) -> Reconcile | None:
     """`sync_reconciler` for the async face: the check is a coroutine function."""
+    if operation not in _CHECKED:
+        return None
     check = await _arun(_plan(operation, args, kwargs), info)
     if check is None:
         return None
