@@ -39,6 +39,7 @@ from retryfs.core.timeouts import (
 
 __all__ = [
     "BACKENDS",
+    "CODE_ONLY",
     "Configured",
     "DEFAULT_SPOOL_MEMORY",
     "Default",
@@ -88,10 +89,15 @@ def renamed(options: Mapping[str, Any], *, warn: bool = True,
         if new in out:
             raise TypeError(f"{shown(old)} and {shown(new)} are one option: give {shown(new)}")
         if warn:
-            warnings.warn(f"{shown(old)} is deprecated: it is now {shown(new)}",
-                          DeprecationWarning, stacklevel=3)
+            warn_renamed(old, shown)
         out[new] = out.pop(old)
     return out
+
+
+def warn_renamed(old: str, shown: Callable[[str], str] = repr) -> None:
+    """The ``DeprecationWarning`` of an old spelling of `RENAMED`, naming the new one."""
+    warnings.warn(f"{shown(old)} is deprecated: it is now {shown(RENAMED[old])}",
+                  DeprecationWarning, stacklevel=4)
 
 
 # -- one wrapper's settings ----------------------------------------------------------------------
@@ -305,8 +311,9 @@ def _init_accepting_old_names(self: WrapperConfig, *args: Any, **options: Any) -
 
 WrapperConfig.__init__ = _init_accepting_old_names  # type: ignore[method-assign]
 _FIELDS = {f.name: f for f in dataclasses.fields(WrapperConfig)}
-#: The options whose signature default is None: "not given", the default built when needed.
-_BUILT = frozenset({"policy", "per_operation", "classifier", "stats"})
+#: The options only code can give (objects: no URL parameter, no environment variable), whose
+#: signature default is None: "not given", the default built when needed.
+CODE_ONLY = frozenset({"policy", "per_operation", "classifier", "stats"})
 
 
 class Default:
@@ -336,7 +343,7 @@ def given(values: Mapping[str, Any]) -> dict[str, Any]:
     `Default` nor None for the options built when absent (policy, per_operation, classifier,
     stats)."""
     return {name: value for name, value in values.items() if name in _FIELDS
-            and not isinstance(value, Default) and not (value is None and name in _BUILT)}
+            and not isinstance(value, Default) and not (value is None and name in CODE_ONLY)}
 
 
 def _checked(name: str, parse: Callable[[Any], Any], value: Any) -> Any:
@@ -699,7 +706,7 @@ def _parse_into(config: Layer, items: Iterable[tuple[str, Any]], *,
     seen: set[str] = set()
     for bare, raw in items:
         if bare in RENAMED:
-            renamed({bare: raw}, shown=describe)  # the warning
+            warn_renamed(bare, describe)
             bare = RENAMED[bare]
         param = PARAMETERS.get(bare)
         if param is None or (not url and bare in _URL_ONLY):

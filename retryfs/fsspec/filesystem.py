@@ -51,6 +51,7 @@ from fsspec.spec import AbstractFileSystem
 from retryfs.arrow.filesystem import RetryingFileSystem, ensure_copy_files_guard
 from retryfs.clients import with_client_attempts
 from retryfs.config import (
+    CODE_ONLY,
     Configured,
     WrapperConfig,
     check_operation_names,
@@ -244,8 +245,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
         ``write_max_attempts``, strings as in a URL); they apply over the keywords above.
         """
         for name, value in given({k: v for k, v in locals().items()
-                                  if k not in ("policy", "per_operation", "classifier",
-                                               "stats")}).items():
+                                  if k not in CODE_ONLY}).items():
             options.setdefault(name, value)
         own = {k: options.pop(k) for k in list(options) if k in _FSSPEC_OWN}
         retry_options = dict(options)

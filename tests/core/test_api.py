@@ -12,7 +12,8 @@ import pyarrow.fs as pafs
 import pytest
 
 import retryfs
-from retryfs.config import _BUILT, OPTIONS, PARAMETERS, RENAMED, Default, WrapperConfig
+from retryfs import config
+from retryfs.config import OPTIONS, PARAMETERS, RENAMED, Default, WrapperConfig
 from retryfs.uri import from_uri
 
 ENTRY_POINTS = {
@@ -27,6 +28,7 @@ CODE_ONLY = {"policy", "per_operation", "classifier", "stats"}
 
 def test_the_settings_value_is_the_option_list_and_has_no_any():
     assert tuple(FIELDS) == OPTIONS
+    assert config.CODE_ONLY == CODE_ONLY
     for name, f in FIELDS.items():
         assert "Any" not in str(f.type), f"{name}: {f.type}"
 
@@ -39,7 +41,7 @@ def test_each_entry_point_takes_every_option_with_the_fields_type_and_default(en
         parameter = parameters[name]
         assert parameter.annotation.replace(" ", "") in (
             str(f.type).replace(" ", ""), f"{f.type}|None".replace(" ", "")), (entry, name)
-        if name in _BUILT:
+        if name in CODE_ONLY:
             assert parameter.default is None, (entry, name)
         else:
             assert isinstance(parameter.default, Default), (entry, name)
