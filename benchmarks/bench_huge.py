@@ -67,9 +67,9 @@ class S3Dialect(Dialect):
 # The upload in a fresh interpreter: its peak RSS (VmHWM) is the upload's own.
 _UPLOAD_CHILD = """
 import sys, time, pyarrow.fs as pafs, retryfs
+from benchmarks.common import status_mib
 def peak():
-    with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
+    return status_mib("VmHWM")
 contender, uri, src, dest = sys.argv[1:]
 fs, _ = retryfs.from_uri(uri)
 if contender == "unwrapped":  # pyarrow S3 with its own retries (3 SDK attempts)

@@ -51,9 +51,9 @@ def _big_file(path: str, nbytes: int) -> str:
 _UPLOAD_CHILD = """
 import sys, time, pyarrow.fs as pafs, retryfs
 from benchmarks.seaweed import SeaweedS3
+from benchmarks.common import status_mib
 def peak():
-    with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
+    return status_mib("VmHWM")
 contender, endpoint, src, dest = sys.argv[1:]
 native = SeaweedS3(endpoint).pyarrow_fs()
 fs = native if contender == "unwrapped" else retryfs.RetryingFileSystem(native)

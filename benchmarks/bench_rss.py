@@ -29,9 +29,9 @@ from benchmarks.seaweed import ACCESS_KEY, SECRET_KEY, seaweed_s3, weed_binary
 _CHILD = """
 import sys, time, pyarrow.fs as pafs, retryfs
 from benchmarks.seaweed import SeaweedS3
+from benchmarks.common import status_mib
 def peak():
-    with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
+    return status_mib("VmHWM")
 contender, path, endpoint, uri, src, dest = sys.argv[1:]
 fs = SeaweedS3(endpoint).pyarrow_fs() if contender == "unwrapped" else retryfs.from_uri(uri)[0]
 before = peak()

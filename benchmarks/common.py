@@ -177,17 +177,19 @@ class PeakRss:
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
-            self.start: float | None = _status_mib("VmRSS")
+            self.start: float | None = status_mib("VmRSS")
         except OSError:
             self.start = None
 
     def mib(self) -> float | None:
         if self.start is None:
             return None
-        return _status_mib("VmHWM") - self.start
+        return status_mib("VmHWM") - self.start
 
 
-def _status_mib(field: str) -> float:
+def status_mib(field: str) -> float:
+    """A memory figure of this process in MiB from ``/proc/self/status`` (``VmHWM``: its peak
+    RSS; ``VmRSS``: now)."""
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
 
