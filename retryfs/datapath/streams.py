@@ -509,13 +509,9 @@ class ResumableInputFile(io.RawIOBase):
 
     def _read_ranges(self, inner: Any, wanted: int) -> pa.Buffer:
         """``wanted`` bytes from the position into one buffer, as `ranged_buffers` (`READ_AHEAD`
-        sub-reads in flight)."""
+        sub-reads in flight), each sub-read straight into its slice of it (no second copy)."""
         buffer = pa.allocate_buffer(wanted)
-        view = memoryview(buffer).cast("B")
-        total = 0
-        for piece in self._ranged(inner, wanted, READ_AHEAD):
-            view[total:total + piece.size] = memoryview(piece).cast("B")
-            total += piece.size
+        total = sum(self._ranged(inner, wanted, READ_AHEAD, into=memoryview(buffer).cast("B")))
         return buffer if total == wanted else buffer.slice(0, total)
 
     def ranged_buffers(self, window: int | Callable[[], int]) -> Iterator[Any]:
@@ -537,16 +533,17 @@ class ResumableInputFile(io.RawIOBase):
             while piece := self._read_piece(SUB_READ):
                 yield piece
 
-    def _ranged(self, inner: Any, wanted: int, window: int | Callable[[], int]
-                ) -> Iterator[Any]:
+    def _ranged(self, inner: Any, wanted: int, window: int | Callable[[], int],
+                into: memoryview | None = None) -> Iterator[Any]:
         """``wanted`` bytes from the position as ranged sub-reads of `SUB_READ`, in order,
         ``window`` of them in flight (on S3 each is one GET: one at a time, every one would
         wait for its request's round trip). Each is retried on its own, a retry on a fresh
-        file. The position moves past each piece handed out. A failure is raised once the
-        sub-reads in flight are done, and so is the end of the iteration: no read outlives it
-        on a file its caller may close."""
-        end = self._pos + wanted
-        offsets = iter(range(self._pos, end, SUB_READ))
+        file. Yields each sub-read's Buffer, or with ``into`` (``wanted`` bytes long) reads
+        each into its slice of it and yields the bytes it read. The position moves past each
+        piece handed out. A failure is raised once the sub-reads in flight are done, and so is
+        the end of the iteration: no read outlives it on a file its caller may close."""
+        start, end = self._pos, self._pos + wanted
+        offsets = iter(range(start, end, SUB_READ))
         pending: collections.deque[tuple[int, Future[Any]]] = collections.deque()
         in_flight = window if callable(window) else functools.partial(int, window)
         try:
@@ -556,18 +553,22 @@ class ResumableInputFile(io.RawIOBase):
                     if offset is None:
                         break
                     size = min(SUB_READ, end - offset)
+                    read = _RangedRead(inner, self._reopen)
+                    task = (functools.partial(read, offset, size) if into is None else
+                            functools.partial(read.into, offset,
+                                              into[offset - start:offset - start + size]))
                     pending.append((size, in_background(functools.partial(
-                        self._retrier.call, "read", self.path, _RangedRead(inner, self._reopen),
-                        offset, size))))
+                        self._retrier.call, "read", self.path, task))))
                 if not pending:
                     return
                 size, future = pending.popleft()
                 piece = future.result()
-                self._pos += piece.size
+                got = piece if isinstance(piece, int) else piece.size
+                self._pos += got
                 self._inner_pos = -1  # ranged reads leave the file's own position unspecified
-                if piece.size:
+                if got:
                     yield piece
-                if piece.size < size:  # the file ended early (shorter than it was)
+                if got < size:  # the file ended early (shorter than it was)
                     return
         finally:  # those in flight end before the caller goes on
             futures_wait([future for _, future in pending])
@@ -656,12 +657,19 @@ class _RangedRead:
         self._reopen = reopen
 
     def __call__(self, offset: int, size: int) -> Any:
+        return self._attempt(_read_segment, offset, size)
+
+    def into(self, offset: int, view: memoryview) -> int:
+        """Read ``view``'s length at ``offset`` into ``view``; the bytes read."""
+        return int(self._attempt(_read_segment_into, offset, view))
+
+    def _attempt(self, read: Callable[..., Any], offset: int, arg: Any) -> Any:
         own = None  # this attempt's fresh file, dropped when it ends
         try:
             inner = self._shared
             if inner is None:
                 inner = own = self._reopen()
-            return _read_segment(inner, offset, size)
+            return read(inner, offset, arg)
         except BaseException:
             self._shared = None
             raise
@@ -676,6 +684,19 @@ def _read_segment(inner: Any, offset: int, size: int) -> Any:
     ``bytes``). ``inner`` is a native random-access file (`_random_access`), and so is each
     reopened one: both come from the same ``open_input_file``."""
     return inner.get_stream(offset, size).read_buffer(size)
+
+
+def _read_segment_into(inner: Any, offset: int, view: memoryview) -> int:
+    """`_read_segment` straight into ``view`` (Arrow reads into it with the GIL released);
+    the bytes read, fewer than ``len(view)`` only at the end of the file."""
+    stream = inner.get_stream(offset, len(view))
+    filled = 0
+    while filled < len(view):
+        got = stream.readinto(view[filled:])
+        if not got:
+            break
+        filled += got
+    return filled
 
 
 def _read_into(inner: Any, view: memoryview) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -269,6 +271,32 @@ def test_a_file_that_shrank_after_its_open_yields_only_the_bytes_there(stored):
     os.truncate(stored, len(DATA) - 100)
     assert f.read() == DATA[:-100]
     assert f.tell() == len(DATA) - 100
+
+
+_ONE_COPY = """
+import sys
+import pyarrow as pa, pyarrow.fs as pafs
+import retryfs
+fs = retryfs.RetryingFileSystem(pafs.LocalFileSystem())
+before = pa.default_memory_pool().max_memory()
+with fs.open_input_file(sys.argv[1]) as f:
+    data = f.read_buffer()
+assert data.size == int(sys.argv[2])
+print(pa.default_memory_pool().max_memory() - before)
+"""
+
+
+@pytest.mark.parametrize("size", [48 * 2**20, 48 * 2**20 + 12345])
+def test_a_large_read_fills_its_one_buffer_with_no_buffer_per_sub_read(tmp_path, size):
+    """Each sub-read of a whole-file read goes straight into the result: Arrow's allocation
+    peak (a fresh process) is the file's size; a Buffer per sub-read copied into the result
+    would add up to `READ_AHEAD` x `SUB_READ` (32 MiB) on top."""
+    path = tmp_path / "big.bin"
+    path.write_bytes(os.urandom(size))
+    done = subprocess.run([sys.executable, "-c", _ONE_COPY, str(path), str(size)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) < size + 2**20
 
 
 # -- ranged_buffers: a download's sub-reads in flight (retryfs.datapath.download) ---------------------
