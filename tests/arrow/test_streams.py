@@ -9,6 +9,7 @@ import pytest
 from _helpers import FAST, open_files_under, sha256
 
 from retryfs import RetryingFileSystem
+from retryfs.datapath.streams import GATHERED
 from retryfs.testing import FaultyFileSystem, errors
 
 MiB = 1024 * 1024
@@ -78,7 +79,7 @@ def test_write_that_gives_up_commits_nothing(faulty, tmp_path):
     faulty.inject("write", errors.network(), skip=1, times=None)
     path = str(tmp_path / "partial.bin")
     with pytest.raises(OSError, match="NETWORK_CONNECTION"):
-        _write(fs, path, [b"a" * 100, b"b" * 100, b"c" * 100])
+        _write(fs, path, [b"a" * GATHERED, b"b" * GATHERED, b"c" * GATHERED])
     assert not os.path.exists(path)
 
 

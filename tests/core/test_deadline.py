@@ -16,6 +16,7 @@ from retryfs import RetryingFileSystem, RetryPolicy
 from retryfs.core.classify import ErrorClassifier
 from retryfs.core.engine import Retrier, operation_end
 from retryfs.core.stats import RetryStats
+from retryfs.datapath.streams import GATHERED
 from retryfs.testing.faulty import FaultyFileSystem, errors
 
 DELAY = 0.1
@@ -139,7 +140,7 @@ def test_a_stream_write_with_failing_reopens_ends_by_the_deadline(faulty):
     out = fs.open_output_stream("d/f")
     started = clock.now
     with pytest.raises(OSError, match="NETWORK_CONNECTION"):
-        out.write(b"x" * 100)
+        out.write(b"x" * GATHERED)  # as large as GATHERED: handed over at once
     assert clock.now - started <= POLICY.deadline + 0.5
     assert faulty.injected["write"] == 1
     assert faulty.injected["open_output_stream"] == 3

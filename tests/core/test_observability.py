@@ -14,6 +14,7 @@ from _helpers import FAST, require
 import retryfs
 from retryfs import RetryPolicy, RetryStats
 from retryfs.core.stats import RetryEvent, basic_redact, error_kind
+from retryfs.datapath.streams import GATHERED
 from retryfs.testing import FaultyFileSystem, errors
 
 # Delays that show in a log line ("0.01s") and still cost nothing to wait out.
@@ -243,14 +244,14 @@ def test_bytes_replayed_are_counted(store):
     faulty.inject("write", errors.network("UploadPart"), skip=2, times=1)  # the 3rd write fails
     fs = retryfs.RetryingFileSystem(faulty, FAST)
     with fs.open_output_stream(f"{base}/out.bin") as out:
-        for _ in range(3):
-            out.write(b"y" * 1000)
+        for _ in range(3):  # writes as large as GATHERED: each handed over at once
+            out.write(b"y" * GATHERED)
     assert faulty.injected["write"] == 1
     snap = fs.stats.snapshot()
-    assert snap["bytes_replayed"] == 3000  # the spool, the failed chunk included
+    assert snap["bytes_replayed"] == 3 * GATHERED  # the spool, the failed chunk included
     assert snap["by_operation"]["write"]["retries"] == 1
     with open(f"{base}/out.bin", "rb") as f:
-        assert f.read() == b"y" * 3000
+        assert f.read() == b"y" * 3 * GATHERED
 
 
 def test_snapshot_is_a_copy_and_reset_zeroes(store):

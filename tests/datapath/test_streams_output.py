@@ -211,6 +211,13 @@ def workers(monkeypatch: pytest.MonkeyPatch) -> Workers:
 
 
 @pytest.fixture
+def ungathered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every timed write its own attempt, as a write of `streams.GATHERED` bytes or more is:
+    the tests of per-attempt timeouts write a few bytes at a time."""
+    monkeypatch.setattr(streams_module, "GATHERED", 0)
+
+
+@pytest.fixture
 def store() -> Store:
     return Store()
 
@@ -484,7 +491,7 @@ def test_a_check_that_gives_up_raises_its_error_after_one_commit(store: Store) -
 # -- per-attempt timeouts ----------------------------------------------------------------------
 
 def test_timed_attempts_run_on_a_worker_with_time_for_their_bytes(store: Store,
-                                                                  workers: Workers) -> None:
+                                                                  workers: Workers, ungathered: None) -> None:
     limits = Timeouts()
     stream = stream_over(store, attempt_timeout=limits)
     stream.write(b"abc")
@@ -496,8 +503,73 @@ def test_timed_attempts_run_on_a_worker_with_time_for_their_bytes(store: Store,
     assert threading.get_ident() not in store.uploads[0].threads
 
 
+def test_small_timed_writes_are_handed_over_together(store: Store, workers: Workers,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streams_module, "GATHERED", 8)
+    limits = Timeouts()
+    stream = stream_over(store, attempt_timeout=limits)
+    stream.write(b"abc")
+    stream.write(b"defg")
+    assert limits.asked == [] and store.uploads[0].write_sizes == []  # gathered, not sent
+    assert stream.tell() == 7
+    stream.write(b"hi")  # reaches GATHERED: one attempt hands over what waits, then it
+    stream.write(b"jk")
+    stream.flush()  # hands over what waits first
+    stream.write(b"l" * 8)  # as large as GATHERED: handed over at once
+    stream.write(b"m")
+    stream.close()  # hands over what waits, then commits
+    assert store.objects[PATH] == b"abcdefghijk" + b"l" * 8 + b"m"
+    [upload] = store.uploads
+    assert upload.write_sizes == [7, 2, 2, 8, 1] and upload.flushes == 1
+    assert limits.asked == [("write", 9), ("write", 2), ("flush", 11), ("write", 8),
+                            ("write", 1), ("close", 20)]
+
+
+def test_untimed_writes_are_handed_over_at_once(store: Store) -> None:
+    stream = stream_over(store)
+    stream.write(b"abc")
+    assert store.uploads[0].write_sizes == [3]
+    stream.close()
+    assert store.objects[PATH] == b"abc"
+
+
+@pytest.mark.parametrize("when", ["write", "flush", "close"])
+def test_a_failed_hand_over_of_gathered_writes_replays_them_all(
+        store: Store, workers: Workers, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    monkeypatch.setattr(streams_module, "GATHERED", 8)
+    stats = RetryStats()
+    events = retried(stats)
+    store.inject("write", reset, times=1)  # the first hand-over to the first upload
+    stream = stream_over(store, stats=stats, attempt_timeout=Timeouts())
+    stream.write(b"abc")
+    stream.write(b"defg")
+    if when == "write":
+        stream.write(b"h" * 8)
+    elif when == "flush":
+        stream.flush()
+    stream.close()
+    expected = b"abcdefg" + (b"h" * 8 if when == "write" else b"")
+    assert store.objects[PATH] == expected
+    broken, fresh = store.uploads
+    assert broken.state == "aborted" and fresh.received == expected
+    assert pairs(events) == [("write", PATH)]
+    assert stats.snapshot()["bytes_replayed"] == len(expected)
+
+
+def test_gathered_writes_that_give_up_commit_nothing(store: Store, workers: Workers,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streams_module, "GATHERED", 8)
+    store.inject("write", reset, times=None)
+    stream = stream_over(store, attempt_timeout=Timeouts())
+    stream.write(b"abc")  # gathered: its failure comes with the hand-over, at close
+    with pytest.raises(ConnectionResetError):
+        stream.close()
+    assert stream.closed and store.objects == {}
+    assert all(upload.state == "aborted" for upload in store.uploads)
+
+
 def test_a_replay_attempt_gets_time_for_every_byte_it_sends(store: Store,
-                                                            workers: Workers) -> None:
+                                                            workers: Workers, ungathered: None) -> None:
     limits = Timeouts()
     store.inject("write", reset, skip=1)
     stream = stream_over(store, attempt_timeout=limits)
@@ -509,7 +581,7 @@ def test_a_replay_attempt_gets_time_for_every_byte_it_sends(store: Store,
 
 
 def test_a_stalled_write_is_retried_and_its_upload_aborted_when_it_ends(
-        store: Store, workers: Workers) -> None:
+        store: Store, workers: Workers, ungathered: None) -> None:
     stats = RetryStats()
     limits = Timeouts(LONG, TINY)
     store.inject("write", stall=STALL, skip=1, path=f"{PATH}#1")
@@ -529,7 +601,7 @@ def test_a_stalled_write_is_retried_and_its_upload_aborted_when_it_ends(
 
 
 def test_a_write_that_times_out_every_time_gives_up_with_the_timeout(
-        store: Store, workers: Workers) -> None:
+        store: Store, workers: Workers, ungathered: None) -> None:
     store.inject("write", stall=STALL)
     stream = stream_over(store, policy=ONCE, attempt_timeout=Timeouts(TINY))
     with pytest.raises(AttemptTimeoutError) as caught:
@@ -542,7 +614,7 @@ def test_a_write_that_times_out_every_time_gives_up_with_the_timeout(
 
 
 def test_an_attempt_never_started_is_retried_on_the_same_upload(store: Store,
-                                                                workers: Workers) -> None:
+                                                                workers: Workers, ungathered: None) -> None:
     stats = RetryStats()
     limits = Timeouts(LONG, TINY)
     stream = stream_over(store, stats=stats, attempt_timeout=limits)
@@ -559,7 +631,7 @@ def test_an_attempt_never_started_is_retried_on_the_same_upload(store: Store,
 
 @pytest.mark.parametrize("kind", [Upload, DiscardableUpload])
 def test_a_give_up_on_an_attempt_never_started_never_commits_its_upload(
-        store: Store, workers: Workers, kind: type[Upload]) -> None:
+        store: Store, workers: Workers, ungathered: None, kind: type[Upload]) -> None:
     """The upload is untouched and healthy, holding a prefix: closing it would commit that
     prefix. It is aborted where it can be, else kept unclosed (`abandon_stream`)."""
     stream = stream_over(store, policy=ONCE, kind=kind, attempt_timeout=Timeouts(LONG, TINY))
