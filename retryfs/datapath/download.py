@@ -233,14 +233,16 @@ def _arrow_copy(source_fs: pafs.FileSystem, source: str, destination_fs: pafs.Fi
 
 def _window(fs: pafs.FileSystem, buffer_size: int, size: int | None) -> int:
     """How many sub-reads of a file to keep in flight at most (in a tree, fewer while its
-    other files are copied: `TreeShare`); 0: read it as a stream. Only where a read of
-    ``buffer_size`` would be several sub-reads, of a file that has several, on a filesystem
-    whose files read ranges concurrently (the open costs a HEAD on S3)."""
-    if not reads_ranges_concurrently(fs) or buffer_size <= SUB_READ:
+    other files are copied: `TreeShare`); 0: read it as a stream. Only for a file of several
+    sub-reads, on a filesystem whose files read ranges concurrently (the open costs a HEAD on
+    S3). In a tree (sizes listed), a chunk smaller than a sub-read still reads by sub-reads,
+    one in flight: on S3 each read of a stream is one GET, and ``copy_files``'s default 1 MiB
+    chunk made a 32 MiB file 32 GETs one after the other, where 8 MiB sub-reads make 4."""
+    if not reads_ranges_concurrently(fs) or (size is not None and size <= SUB_READ):
         return 0
-    if size is not None and size <= SUB_READ:
+    if size is None and buffer_size <= SUB_READ:  # one file, its size unknown: as a stream
         return 0
-    return min(MAX_WINDOW, -(-buffer_size // SUB_READ))  # the sub-reads of one chunk
+    return min(MAX_WINDOW, -(-buffer_size // SUB_READ))  # the sub-reads of one chunk, or one
 
 
 class _Pieces:

@@ -186,6 +186,29 @@ def test_a_large_chunk_is_read_as_ranged_sub_reads_in_flight_together(s3_fault_e
     assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 0
 
 
+def test_in_a_tree_a_small_chunk_reads_a_large_file_in_sub_reads(s3_fault_endpoint,
+                                                                  s3_fault_bucket, tmp_path):
+    """copy_files's default 1 MiB chunk: a listed file of 20 MiB is three ranged GETs (8, 8
+    and 4 MiB, one in flight), not twenty GETs of 1 MiB one after the other; a cut in the
+    second costs that sub-read once more, and the bytes are the file's."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    data = random.Random(23).randbytes(2 * SUB + SUB // 2)
+    ep.put_object(bucket, "ckpt/model.pt", data)
+    ep.put_object(bucket, "ckpt/a.json", b"{}")
+    cut = ep.add_fault(S3Fault.truncate(op="GetObject", when=_range_from(SUB), times=1))
+    fs = _source(ep)
+    (tmp_path / "down").mkdir()
+    pafs.copy_files(f"{bucket}/ckpt", str(tmp_path / "down"), source_filesystem=fs,
+                    chunk_size=MiB)
+    assert ep.fired(cut) == 1
+    assert (tmp_path / "down" / "model.pt").read_bytes() == data
+    gets = _gets(ep, "model.pt")
+    assert _ranges(gets) == [f"bytes=0-{SUB - 1}", f"bytes={SUB}-{2 * SUB - 1}",
+                             f"bytes={SUB}-{2 * SUB - 1}", f"bytes={2 * SUB}-{len(data) - 1}"]
+    assert sum(r.response_bytes for r in gets) <= len(data) + SUB
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 1
+
+
 def test_in_a_tree_a_large_file_has_one_sub_read_in_flight_until_the_others_are_done(
         s3_fault_endpoint, s3_fault_bucket, tmp_path):
     """A tree of one large file and ten small ones, 8 IO threads (`TreeShare`). While the
@@ -282,9 +305,10 @@ def test_a_sub_read_that_fails_for_good_leaves_no_destination_file(s3_fault_endp
 
 
 def test_which_downloads_keep_sub_reads_in_flight() -> None:
-    """Only a chunk of several sub-reads of a file of several, on S3 or Azure (through a
-    SubTreeFileSystem too); never GCS (its input file opens lazily holding the GIL), a local
-    disk, a small file, or copy_files's default 1 MiB chunk."""
+    """A file of several sub-reads on S3 or Azure (through a SubTreeFileSystem too), as many
+    in flight as one chunk holds, and one for a smaller chunk of a file whose size the listing
+    gave; never GCS (its input file opens lazily holding the GIL), a local disk, a small file,
+    or a small chunk of one file whose size is unknown (a stream)."""
     from retryfs.datapath.download import _window
     s3 = pafs.S3FileSystem(anonymous=True, region="us-east-1")
     assert _window(s3, BIG_CHUNK, None) == 8
@@ -293,6 +317,7 @@ def test_which_downloads_keep_sub_reads_in_flight() -> None:
     assert _window(s3, 3 * SUB, 3 * SUB) == 3 and _window(s3, 2 * SUB + 1, None) == 3
     assert _window(s3, 1024 * 1024 * 1024, None) == 8  # at most 64 MiB in flight
     assert _window(s3, SUB, None) == 0 and _window(s3, MiB, None) == 0
+    assert _window(s3, MiB, SUB + 1) == 1 and _window(s3, SUB, 3 * SUB) == 1
     assert _window(s3, BIG_CHUNK, SUB) == 0
     assert _window(pafs.LocalFileSystem(), BIG_CHUNK, None) == 0
     gcs = pafs.GcsFileSystem(anonymous=True, endpoint_override="localhost:1", scheme="http")
