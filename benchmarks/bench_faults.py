@@ -20,6 +20,11 @@ SlowDown for some seconds from the upload's first object write on, then healthy.
 sent into the storm per second, the requests it sent per request the fault-free run needed,
 and its time; retryfs appears twice, with its rate limiter (``auto``, the default) and without.
 
+A third table takes the fault-free run apart: retryfs, pyarrow S3 and obstore as they ship and
+with the AWS SDK's request checksums off (``AWS_REQUEST_CHECKSUM_CALCULATION=when_required``).
+pyarrow's SDK sends every upload ``aws-chunked`` with a CRC64NVME trailer, which moto decodes
+and checks in Python; obstore sends a signed payload and no checksum.
+
 Peak RSS: each client's fault-free upload and download once more, in an interpreter of its own
 (imports done before the measure starts), against the same endpoint served from this process.
 
@@ -401,12 +406,79 @@ def throttle_storm(tree: Tree, storm: float, trials: int) -> list[str]:
     return ["\n".join(lines)]
 
 
+CHECKSUMS = "AWS_REQUEST_CHECKSUM_CALCULATION"
+
+
+def _checksums_off(build: Callable[[], Client | None]) -> Client | None:
+    """The client ``build`` makes with the AWS SDK's request checksums off, and its transfers
+    run so (the SDK reads ``AWS_REQUEST_CHECKSUM_CALCULATION`` when a client is made)."""
+    def unchecked(work: Callable[[str, str], None]) -> Callable[[str, str], None]:
+        def run(src: str, dest: str) -> None:
+            before = os.environ.get(CHECKSUMS)
+            os.environ[CHECKSUMS] = "when_required"
+            try:
+                work(src, dest)
+            finally:
+                if before is None:
+                    os.environ.pop(CHECKSUMS, None)
+                else:
+                    os.environ[CHECKSUMS] = before
+        return run
+
+    made: list[Client | None] = []
+    unchecked(lambda _s, _d: made.append(build()))("", "")
+    client = made[0]
+    if client is None:
+        return None
+    return Client(client.name, unchecked(client.upload), unchecked(client.download))
+
+
+def checksum_cost(tree: Tree, rounds: int) -> list[str]:
+    """Fault-free, each client as it sends its uploads and with the AWS SDK's request
+    checksums off: pyarrow's SDK sends every upload aws-chunked with a CRC64NVME trailer,
+    which moto decodes and checks in Python; obstore sends none (nor s3torchconnector)."""
+    rows = []
+    with scratch("checksums") as work, S3FaultEndpoint() as endpoint:
+        src = tree.make(os.path.join(work, "ckpt"))
+        want = _digests(src)
+        builders: dict[str, Callable[[], Client | None]] = {
+            "retryfs": lambda: _arrow_client("retryfs", retryfs.from_uri(
+                endpoint.uri(BUCKET))[0]),
+            "pyarrow S3 (own retries)": lambda: _arrow_client(
+                "pyarrow S3 (own retries)", endpoint.pyarrow_fs(max_attempts=3)),
+            "obstore (own RetryConfig)": lambda: _obstore_client(endpoint),
+        }
+        times: dict[tuple[str, bool], list[float]] = {}
+        for _ in range(rounds):
+            for name, build in builders.items():
+                for off in (False, True):
+                    client = _checksums_off(build) if off else build()
+                    if client is None:
+                        continue
+                    done = trial(endpoint, client, src, want, work, 0.0, 0)
+                    if done.completed:
+                        times.setdefault((name, off), []).append(done.seconds)
+        fastest = statistics.median(times.get(("obstore (own RetryConfig)", False), [0.0]))
+        for name in builders:
+            on, off = times.get((name, False), []), times.get((name, True), [])
+            if not on:
+                continue
+            rows.append([name, _spread(on) + " s", _spread(off) + " s",
+                         f"{statistics.median(on) / fastest:.2f}" if fastest else "-",
+                         f"{statistics.median(off) / fastest:.2f}" if fastest and off else "-"])
+    title = (f"fault-free upload + download of {tree.describe()} on moto S3, {rounds} rounds, "
+             "with the client's request checksums and with AWS_REQUEST_CHECKSUM_CALCULATION="
+             "when_required; median (range), and its ratio to obstore's as it ships")
+    return [table(title, ["client", "as shipped", "checksums off", "vs obstore",
+                          "off vs obstore"], rows)]
+
+
 def run(quick: bool) -> list[str]:
     if quick:
         return (under_faults(QUICK_TREE, (0.01, 0.05), 1)
-                + throttle_storm(QUICK_TREE, 2.0, 1))
+                + throttle_storm(QUICK_TREE, 2.0, 1) + checksum_cost(QUICK_TREE, 1))
     return (under_faults(FULL_TREE, (0.01, 0.05), 3, figure=FIGURE)
-            + throttle_storm(FULL_TREE, 5.0, 3))
+            + throttle_storm(FULL_TREE, 5.0, 3) + checksum_cost(FULL_TREE, 5))
 
 
 if __name__ == "__main__":
