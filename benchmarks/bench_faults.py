@@ -51,7 +51,15 @@ from typing import Any
 import pyarrow.fs as pafs
 
 import retryfs
-from benchmarks.common import PeakRss, Tree, ray_wrapper, scratch, section_main, table
+from benchmarks.common import (
+    PeakRss,
+    Tree,
+    ray_wrapper,
+    request_checksums_off,
+    scratch,
+    section_main,
+    table,
+)
 from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault, S3FaultEndpoint
 
 BUCKET = "bench-faults"
@@ -406,30 +414,20 @@ def throttle_storm(tree: Tree, storm: float, trials: int) -> list[str]:
     return ["\n".join(lines)]
 
 
-CHECKSUMS = "AWS_REQUEST_CHECKSUM_CALCULATION"
-
-
 def _checksums_off(build: Callable[[], Client | None]) -> Client | None:
-    """The client ``build`` makes with the AWS SDK's request checksums off, and its transfers
-    run so (the SDK reads ``AWS_REQUEST_CHECKSUM_CALCULATION`` when a client is made)."""
-    def unchecked(work: Callable[[str, str], None]) -> Callable[[str, str], None]:
-        def run(src: str, dest: str) -> None:
-            before = os.environ.get(CHECKSUMS)
-            os.environ[CHECKSUMS] = "when_required"
-            try:
-                work(src, dest)
-            finally:
-                if before is None:
-                    os.environ.pop(CHECKSUMS, None)
-                else:
-                    os.environ[CHECKSUMS] = before
-        return run
-
-    made: list[Client | None] = []
-    unchecked(lambda _s, _d: made.append(build()))("", "")
-    client = made[0]
+    """The client ``build`` makes with the AWS SDK's request checksums off, its transfers run
+    so."""
+    with request_checksums_off():
+        client = build()
     if client is None:
         return None
+
+    def unchecked(work: Callable[[str, str], None]) -> Callable[[str, str], None]:
+        def run(src: str, dest: str) -> None:
+            with request_checksums_off():
+                work(src, dest)
+        return run
+
     return Client(client.name, unchecked(client.upload), unchecked(client.download))
 
 

@@ -19,7 +19,7 @@ Contenders, each with its own retries as shipped:
   SDK under pyarrow sends every upload ``aws-chunked`` with a CRC64NVME trailer, which moto
   decodes and checks in Python (about half of a 200 MiB save's time there); the CRT connector
   sends ``UNSIGNED-PAYLOAD`` and no checksum, s3fs a CRC32 header. These rows compare the
-  transfer itself; the default rows keep the checksum (a real store checks it at no cost).
+  transfer itself; the default rows keep the checksum, as retryfs does.
 
 The 200 MiB state_dict runs on `S3FaultEndpoint` (moto on loopback, which also injects the
 faults); the 1 GiB one on SeaweedFS, fault-free (``--quick``: 32 MiB on moto only). Every round
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from benchmarks.common import Figure, section_main, table
+from benchmarks.common import Figure, request_checksums_off, section_main, table
 
 REGION = "us-east-1"
 
@@ -206,24 +206,12 @@ def contenders(store: Store) -> list[Contender]:
 
 def _without_checksums(save: Callable[[dict[str, Any], str], None]
                        ) -> Callable[[dict[str, Any], str], None]:
-    """``save`` with the AWS SDK's request checksums off (``AWS_REQUEST_CHECKSUM_CALCULATION``
-    ``when_required``, read when a client is made): pyarrow's uploads then go as the CRT's do,
-    without the CRC64 trailer that moto decodes and checks in Python."""
+    """``save`` with the AWS SDK's request checksums off (`request_checksums_off`)."""
     def unchecked(state: dict[str, Any], path: str) -> None:
-        before = os.environ.get(CHECKSUMS)
-        os.environ[CHECKSUMS] = "when_required"
-        try:
+        with request_checksums_off():
             save(state, path)
-        finally:
-            if before is None:
-                del os.environ[CHECKSUMS]
-            else:
-                os.environ[CHECKSUMS] = before
 
     return unchecked
-
-
-CHECKSUMS = "AWS_REQUEST_CHECKSUM_CALCULATION"
 
 
 _shapes: dict[str, Any] = {}  # the state the DCP load fills (its shapes)

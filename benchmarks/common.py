@@ -204,6 +204,26 @@ def scratch_root() -> str:
     return tempfile.gettempdir()
 
 
+#: The AWS SDK's switch of request checksums, read when a client is made.
+CHECKSUMS = "AWS_REQUEST_CHECKSUM_CALCULATION"
+
+
+@contextmanager
+def request_checksums_off() -> Iterator[None]:
+    """The AWS SDK's request checksums off (``when_required``) for the clients made and the
+    transfers run inside: pyarrow's SDK then sends uploads as the CRT and obstore do, without
+    the ``aws-chunked`` CRC64NVME trailer that moto decodes and checks in Python."""
+    before = os.environ.get(CHECKSUMS)
+    os.environ[CHECKSUMS] = "when_required"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CHECKSUMS, None)
+        else:
+            os.environ[CHECKSUMS] = before
+
+
 @contextmanager
 def scratch(prefix: str, root: str | None = None) -> Iterator[str]:
     """A temporary directory, removed afterwards whatever happens."""
