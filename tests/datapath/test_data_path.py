@@ -13,7 +13,8 @@ import random
 
 import pytest
 
-from retryfs import RetryingFileSystem, RetryPolicy, streams
+from retryfs import RetryingFileSystem, RetryPolicy
+from retryfs.datapath import streams
 from retryfs.fsspec.filesystem import RetryFileSystem
 from retryfs.testing import S3Fault
 

@@ -17,7 +17,8 @@ from _helpers import FAST
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retryfs import RetryingFileSystem, local_batch, native_copy
+from retryfs import RetryingFileSystem
+from retryfs.datapath import small_files, upload
 from retryfs.datapath.small_files import SMALL_FILE, local_path, local_root
 
 BIG = SMALL_FILE + 1  # the smallest file the generic path copies
@@ -51,15 +52,15 @@ def by_op(fs: RetryingFileSystem, operation: str) -> dict:
 
 @pytest.fixture
 def generic_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The destinations the generic path (`native_copy._upload`) copied, one per attempt."""
+    """The destinations the generic path (`upload._upload`) copied, one per attempt."""
     seen: list[str] = []
-    original = native_copy._upload
+    original = upload._upload
 
     def counted(handler, source_fs, source, destination, *args):  # type: ignore[no-untyped-def]
         seen.append(destination)
         return original(handler, source_fs, source, destination, *args)
 
-    monkeypatch.setattr(native_copy, "_upload", counted)
+    monkeypatch.setattr(upload, "_upload", counted)
     return seen
 
 
@@ -150,7 +151,7 @@ def test_a_permanent_failure_raises_what_unwrapped_pyarrow_raises(tmp_path: Path
 def test_a_failed_check_copies_the_file_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, generic_copies: list[str]) -> None:
     digests = make_tree(tmp_path / "src", [3000] * 8)
-    original = local_batch._holds
+    original = small_files._holds
     lied = []
 
     def holds(path: str, size: int) -> bool:
@@ -159,7 +160,7 @@ def test_a_failed_check_copies_the_file_again(
             return False  # a short destination, proven by the check
         return original(path, size)
 
-    monkeypatch.setattr(local_batch, "_holds", holds)
+    monkeypatch.setattr(small_files, "_holds", holds)
     fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False)
     copy_tree(tmp_path / "src", tmp_path / "dst", fs)
     assert tree_of(tmp_path / "dst") == digests
@@ -176,7 +177,7 @@ def test_a_stalled_file_is_retried_and_the_stalled_worker_never_renames(
     digests = make_tree(tmp_path / "src", [5000] * 20)
     stalled = str(tmp_path / "src" / "shards" / "005.bin")
     release, entered, ended = threading.Event(), threading.Event(), threading.Event()
-    original = local_batch.SmallFileBatch._copy_one
+    original = small_files.SmallFileBatch._copy_one
 
     def copy_one(self, file, index, worker):  # type: ignore[no-untyped-def]
         if file.source != stalled or entered.is_set():
@@ -188,7 +189,7 @@ def test_a_stalled_file_is_retried_and_the_stalled_worker_never_renames(
         finally:
             ended.set()
 
-    worked = local_batch.SmallFileBatch._work
+    worked = small_files.SmallFileBatch._work
     left_behind = threading.Event()  # the stalled worker returned from its loop
 
     def work(self):  # type: ignore[no-untyped-def]
@@ -196,8 +197,8 @@ def test_a_stalled_file_is_retried_and_the_stalled_worker_never_renames(
         if ended.is_set():
             left_behind.set()
 
-    monkeypatch.setattr(local_batch.SmallFileBatch, "_copy_one", copy_one)
-    monkeypatch.setattr(local_batch.SmallFileBatch, "_work", work)
+    monkeypatch.setattr(small_files.SmallFileBatch, "_copy_one", copy_one)
+    monkeypatch.setattr(small_files.SmallFileBatch, "_work", work)
     fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False, write_timeout=0.5)
     copy_tree(tmp_path / "src", tmp_path / "dst", fs)
     assert entered.is_set() and not ended.is_set()
@@ -226,7 +227,7 @@ def test_any_mix_of_failures_costs_one_attempt_each(
     with pytest.MonkeyPatch.context() as patch:
         busy = fail_replace_of(patch, {name: 1 for name, how in failing.items() if how == "busy"})
         short = {name for name, how in failing.items() if how == "short"}
-        original = local_batch._holds
+        original = small_files._holds
 
         def holds(path: str, size: int) -> bool:
             name = os.path.basename(path)
@@ -235,15 +236,15 @@ def test_any_mix_of_failures_costs_one_attempt_each(
                 return False
             return original(path, size)
 
-        patch.setattr(local_batch, "_holds", holds)
+        patch.setattr(small_files, "_holds", holds)
         resent: list[str] = []
-        upload = native_copy._upload
+        generic = upload._upload
 
         def counted(handler, source_fs, source, destination, *args):  # type: ignore[no-untyped-def]
             resent.append(os.path.basename(destination))
-            return upload(handler, source_fs, source, destination, *args)
+            return generic(handler, source_fs, source, destination, *args)
 
-        patch.setattr(native_copy, "_upload", counted)
+        patch.setattr(upload, "_upload", counted)
         fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST, budget=False)
         copy_tree(root / "src", root / "dst", fs)
     assert tree_of(root / "dst") == digests

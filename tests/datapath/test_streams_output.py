@@ -29,7 +29,8 @@ from _helpers import open_files_under, sha256
 from fsspec.implementations.local import LocalFileSystem as FsspecLocalFileSystem
 from fsspec.spec import AbstractBufferedFile
 
-from retryfs import CommitNotVisibleError, RetryPolicy, timeouts
+from retryfs import CommitNotVisibleError, RetryPolicy
+from retryfs.core import timeouts
 from retryfs.core.classify import ErrorClassifier
 from retryfs.core.engine import Retrier
 from retryfs.core.stats import RetryEvent, RetryStats

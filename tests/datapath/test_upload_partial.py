@@ -19,7 +19,8 @@ import pytest
 from _helpers import FAST, open_files_under
 from pyarrow._fs import _MockFileSystem
 
-from retryfs import RetryingFileSystem, native_copy
+from retryfs import RetryingFileSystem
+from retryfs.datapath import upload
 from retryfs.testing import FaultyFileSystem, errors
 from retryfs.testing.s3 import S3Fault, S3FaultEndpoint
 
@@ -54,16 +55,21 @@ def test_a_source_that_fails_mid_copy_leaves_the_old_s3_object(
     assert attempts["attempts"] == FAST.max_attempts and attempts["giveups"] == 1, attempts
 
 
-def test_a_copy_onto_itself_whose_first_read_gave_up_keeps_the_file() -> None:
-    """The replayed simulation failure: ``copy_files("a/c", "a/c")`` (every file onto itself),
-    the source's reads failing until they give up once. The first attempt's destination
-    stream must not commit its empty prefix over the source, or the retry copies that."""
+def _one_file_at_a_c() -> tuple[_MockFileSystem, FaultyFileSystem, RetryingFileSystem]:
+    """A store holding ``a/c/z.bin`` (100 bytes), faults over it, retryfs over those."""
     store = _MockFileSystem()
     store.create_dir("a/c")
     with store.open_output_stream("a/c/z.bin") as out:
         out.write(b"z" * 100)
     faulty = FaultyFileSystem(store)
-    fs = RetryingFileSystem(faulty, FAST, budget=False)
+    return store, faulty, RetryingFileSystem(faulty, FAST, budget=False)
+
+
+def test_a_copy_onto_itself_whose_first_read_gave_up_keeps_the_file() -> None:
+    """The replayed simulation failure: ``copy_files("a/c", "a/c")`` (every file onto itself),
+    the source's reads failing until they give up once. The first attempt's destination
+    stream must not commit its empty prefix over the source, or the retry copies that."""
+    store, faulty, fs = _one_file_at_a_c()
     fault = faulty.inject("read", errors.network(), times=FAST.max_attempts)  # 1 read gives up
     pafs.copy_files("a/c", "a/c", source_filesystem=fs, destination_filesystem=fs,
                     use_threads=False)
@@ -78,12 +84,7 @@ def test_a_copy_onto_itself_whose_first_read_gave_up_keeps_the_file() -> None:
 def test_a_failed_copy_leaves_no_partial_tree() -> None:
     """The other replayed failure: a tree copied to a new place, the source failing for good:
     ``copy_files`` raises and the destination file does not exist, not empty nor a prefix."""
-    store = _MockFileSystem()
-    store.create_dir("a/c")
-    with store.open_output_stream("a/c/z.bin") as out:
-        out.write(b"z" * 100)
-    faulty = FaultyFileSystem(store)
-    fs = RetryingFileSystem(faulty, FAST, budget=False)
+    store, faulty, fs = _one_file_at_a_c()
     fault = faulty.inject("read", errors.reset(), path="a/c/z.bin", times=None)
     with pytest.raises(ConnectionResetError):
         pafs.copy_files("a", "t", source_filesystem=fs, destination_filesystem=fs,
@@ -149,7 +150,7 @@ def test_an_abandoned_timed_attempt_never_commits_later(monkeypatch, ending) -> 
     read finally ends (in a reset, or with the data), it must not commit: neither its empty
     prefix over the retry's complete copy, nor a stale copy over what was written since."""
     abandoned = []
-    real = native_copy.run_with_timeout
+    real = upload.run_with_timeout
 
     def keeping_the_future(fn, seconds, operation, path, *, on_abandon=None):
         def note(future):
@@ -158,7 +159,7 @@ def test_an_abandoned_timed_attempt_never_commits_later(monkeypatch, ending) -> 
                 on_abandon(future)
         return real(fn, seconds, operation, path, on_abandon=note)
 
-    monkeypatch.setattr(native_copy, "run_with_timeout", keeping_the_future)
+    monkeypatch.setattr(upload, "run_with_timeout", keeping_the_future)
     source = FaultyFileSystem(_MockFileSystem())
     source.create_dir("src")
     new = random.Random(5).randbytes(10_000)
@@ -218,7 +219,7 @@ def test_a_threaded_copy_whose_first_attempt_stalls_goes_on_and_never_commits_it
     over the retry's copy nor over what was written since."""
     ended = {"dst/model.pt": 0}
     both_ended = threading.Event()
-    real = native_copy._upload
+    real = upload._upload
 
     def noting_the_end(*args, **kwargs):
         try:
@@ -229,7 +230,7 @@ def test_a_threaded_copy_whose_first_attempt_stalls_goes_on_and_never_commits_it
                 if ended["dst/model.pt"] == 2:
                     both_ended.set()
 
-    monkeypatch.setattr(native_copy, "_upload", noting_the_end)
+    monkeypatch.setattr(upload, "_upload", noting_the_end)
     source = FaultyFileSystem(_MockFileSystem())
     source.create_dir("src")
     files = {"model.pt": random.Random(6).randbytes(10_000), "meta.json": b"{}"}
