@@ -456,14 +456,14 @@ def checksum_cost(tree: Tree, rounds: int) -> list[str]:
                     done = trial(endpoint, client, src, want, work, 0.0, 0)
                     if done.completed:
                         times.setdefault((name, off), []).append(done.seconds)
-        fastest = statistics.median(times.get(("obstore (own RetryConfig)", False), [0.0]))
+        obstore = statistics.median(times.get(("obstore (own RetryConfig)", False), [0.0]))
         for name in builders:
             on, off = times.get((name, False), []), times.get((name, True), [])
             if not on:
                 continue
             rows.append([name, _spread(on) + " s", _spread(off) + " s",
-                         f"{statistics.median(on) / fastest:.2f}" if fastest else "-",
-                         f"{statistics.median(off) / fastest:.2f}" if fastest and off else "-"])
+                         f"{statistics.median(on) / obstore:.2f}" if obstore else "-",
+                         f"{statistics.median(off) / obstore:.2f}" if obstore and off else "-"])
     title = (f"fault-free upload + download of {tree.describe()} on moto S3, {rounds} rounds, "
              "with the client's request checksums and with AWS_REQUEST_CHECKSUM_CALCULATION="
              "when_required; median (range), and its ratio to obstore's as it ships")
