@@ -551,6 +551,7 @@ def test_a_failed_hand_over_of_gathered_writes_replays_them_all(
     stream.close()
     expected = b"abcdefg" + (b"h" * 8 if when == "write" else b"")
     assert store.objects[PATH] == expected
+    assert store.faults.injected["write"] == 1
     broken, fresh = store.uploads
     assert broken.state == "aborted" and fresh.received == expected
     assert pairs(events) == [("write", PATH)]
@@ -565,7 +566,9 @@ def test_gathered_writes_that_give_up_commit_nothing(store: Store, workers: Work
     stream.write(b"abc")  # gathered: its failure comes with the hand-over, at close
     with pytest.raises(ConnectionResetError):
         stream.close()
+    assert store.faults.injected["write"] == POLICY.max_attempts  # one per attempt
     assert stream.closed and store.objects == {}
+    assert len(store.uploads) == POLICY.max_attempts
     assert all(upload.state == "aborted" for upload in store.uploads)
 
 
