@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-__all__ = ["resends_by_itself", "with_client_attempts"]
+__all__ = ["confirm_not_found", "hides_list_errors", "resends_by_itself", "with_client_attempts"]
 
 #: google-cloud-cpp's retry limit that leaves exactly one attempt: 0 s is spent before the first
 #: ("Retry policy exhausted before first request attempt"); 1 ms outlives only the first, whose
@@ -73,6 +73,26 @@ def resends_by_itself(fs: Any) -> bool:
         limit = fs.__reduce__()[1][0].get("retry_time_limit")
         return limit is None or limit > GCS_ONE_ATTEMPT
     return False
+
+
+def hides_list_errors(fs: pafs.FileSystem) -> bool:
+    """Whether ``fs`` (or the base of its ``SubTreeFileSystem``) can answer "not found" for a
+    directory whose listing failed: pyarrow's GCS client. Its ``get_file_info`` of a path with
+    no object there lists the prefix, and a listing that failed (a 500) ends as
+    ``FileType.NotFound``, not as the error: under retryfs, its own retries cut to one
+    attempt, a transient fault made an existing checkpoint directory look absent, and
+    ``copy_files`` of it a single-file copy of nothing. See `confirm_not_found`."""
+    while isinstance(fs, pafs.SubTreeFileSystem):
+        fs = fs.base_fs
+    return isinstance(fs, pafs.GcsFileSystem)
+
+
+def confirm_not_found(fs: pafs.FileSystem, info: pafs.FileInfo) -> pafs.FileInfo:
+    """``info`` (a "not found" of a client that `hides_list_errors`) confirmed by a listing
+    that raises its errors: a directory if anything is under the path (one more request for
+    each path not found)."""
+    under = fs.get_file_info(pafs.FileSelector(info.path, allow_not_found=True))
+    return pafs.FileInfo(info.path, pafs.FileType.Directory) if under else info
 
 
 def _s3(fs: pafs.S3FileSystem, attempts: int) -> pafs.S3FileSystem:

@@ -19,7 +19,12 @@ import pyarrow.fs as pafs
 from fsspec.spec import AbstractFileSystem
 
 from retryfs import patches
-from retryfs.clients import resends_by_itself, with_client_attempts
+from retryfs.clients import (
+    confirm_not_found,
+    hides_list_errors,
+    resends_by_itself,
+    with_client_attempts,
+)
 from retryfs.config import (
     OPTIONS,
     Configured,
@@ -215,6 +220,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         self.proofs = Proofs()  # what the copy data path wrote, for the check after its commit
         self._one_part_writer: pafs.FileSystem | None = None
         self._resends_by_itself = resends_by_itself(fs)
+        self._unsure_not_found = hides_list_errors(fs)
         self._empty_at_open = creates_empty_at_open(self.writer)
         self._background_writes = writes_in_background(self.writer)
         self._timed_writes = not writes_locally(self.writer if isinstance(
@@ -294,6 +300,20 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         return cast("str", self._call("normalize_path", path, self.inner.normalize_path, path))
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        infos = self._get_file_info(paths)
+        if self._unsure_not_found:
+            return [self._confirmed(info) for info in infos]
+        return infos
+
+    def _confirmed(self, info: pafs.FileInfo) -> pafs.FileInfo:
+        """A "not found" of a client that `retryfs.clients.hides_list_errors`, confirmed by a
+        retried listing; any other answer as it is."""
+        if info.type != pafs.FileType.NotFound:
+            return info
+        return cast("pafs.FileInfo", self._call("get_file_info", info.path, confirm_not_found,
+                                                self.inner, info))
+
+    def _get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
         # The most frequent call, inlined: one try, one counter; the label only on failure.
         if "get_file_info" in self.timeouts:
             infos = self._call("get_file_info", _label(paths), self.inner.get_file_info, paths)
@@ -321,7 +341,8 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
     # Each check is a call of its own through the retry engine (a transient error in it is
     # retried; one that gives up ends the operation, see Retrier._reconciled).
     def _info(self, path: str) -> pafs.FileInfo:
-        return self._call("get_file_info", path, self.inner.get_file_info, path)
+        info = self._call("get_file_info", path, self.inner.get_file_info, path)
+        return self._confirmed(info) if self._unsure_not_found else info
 
     def create_dir(self, path: str, recursive: bool) -> None:
         def exists_now(exc: BaseException) -> bool:
@@ -545,9 +566,9 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             return info.type == pafs.FileType.File and (info.size is None or info.size == size)
         after = arrow_state(self.inner, path)
 
-        def read_back() -> bytes:
+        def read_back() -> bytes:  # its size at once: through fsspec, read() asks in chunks
             with self.inner.open_input_stream(path) as stream:
-                return bytes(stream.read())
+                return bytes(stream.read(size))
 
         return is_new(after, size, digest, before, lambda: read_md5(read_back))
 

@@ -195,29 +195,48 @@ def arrow_state(fs: pafs.FileSystem, path: str) -> ObjectState | None:
         modified = meta.get(b"Last-Modified") or meta.get("Last-Modified")
         size = int(length) if length is not None else (info.size if info else None)
         return ObjectState(size, modified, _etag(meta.get(b"ETag") or meta.get("ETag")))
+    fsspec_fs = _fsspec_of(fs)
+    if fsspec_fs is not None:  # its own info(): gcsfs's MD5 proves the content without reading it
+        try:
+            return fsspec_state(fsspec_fs.info(path))
+        except FileNotFoundError:
+            return None
     info = fs.get_file_info(path)
     if info.type != pafs.FileType.File:
         return None
     return ObjectState(info.size, info.mtime_ns)
 
 
+def _fsspec_of(fs: pafs.FileSystem) -> Any:
+    """The fsspec filesystem a ``PyFileSystem(FSSpecHandler(...))`` adapts, else ``None``."""
+    handler = getattr(fs, "handler", None) if isinstance(fs, pafs.PyFileSystem) else None
+    return handler.fs if isinstance(handler, pafs.FSSpecHandler) else None
+
+
 def fsspec_state(info: Mapping[str, Any]) -> ObjectState | None:
-    """An fsspec ``info()`` entry as an `ObjectState` (s3fs: ETag and LastModified; gcsfs: its
-    ``md5Hash``; adlfs, local: size and modification time)."""
+    """An fsspec ``info()`` entry as an `ObjectState` (s3fs: ETag and LastModified; gcsfs and
+    adlfs: the content's MD5 too; local: size and modification time)."""
     if info.get("type") not in (None, "file"):
         return None
     size = info.get("size")
     modified = next((info[k] for k in ("LastModified", "mtime", "last_modified", "updated")
                      if info.get(k) is not None), None)
+    return ObjectState(None if size is None else int(size), modified,
+                       _etag(info.get("ETag") or info.get("etag")), _md5_of(info))
+
+
+def _md5_of(info: Mapping[str, Any]) -> str | None:
+    """The content MD5 an fsspec ``info()`` entry carries, as hex: gcsfs's ``md5Hash`` (base64),
+    adlfs's ``content_settings.content_md5`` (16 bytes; a blob committed from blocks has none)."""
     md5 = info.get("md5Hash")
     if isinstance(md5, str):
         try:
-            md5 = base64.b64decode(md5).hex()
+            return base64.b64decode(md5, validate=True).hex()
         except ValueError:
-            md5 = None
-    return ObjectState(None if size is None else int(size), modified,
-                       _etag(info.get("ETag") or info.get("etag")),
-                       md5 if isinstance(md5, str) else None)
+            return None
+    get = getattr(info.get("content_settings"), "get", None)  # a dict, or Azure's DictMixin
+    raw = get("content_md5") if callable(get) else None
+    return bytes(raw).hex() if isinstance(raw, (bytes, bytearray)) and len(raw) == 16 else None
 
 
 # -- what proves a move -------------------------------------------------------------------------

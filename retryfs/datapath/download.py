@@ -61,7 +61,7 @@ from .upload import (
 )
 
 __all__ = ["WHOLE_FILE", "DownloadSource", "TreeShare", "download_file_tree",
-           "download_single_file", "reads_ranges_concurrently"]
+           "download_single_file", "reads_ranges_concurrently", "unlisted_parents"]
 
 #: A download has no attempt of its own to abandon: each read is retried where it failed.
 _NEVER = AttemptSignal()  # a download attempt is never abandoned
@@ -113,9 +113,12 @@ def download_file_tree(handler: DownloadSource, selector: pafs.FileSelector,
                        use_threads: bool) -> None:
     """A tree downloaded as `retryfs.datapath.upload.copy_file_tree` copies one (Arrow's order:
     directories, then files, serial or ``pyarrow.io_thread_count()`` at a time)."""
+    create_dir = functools.partial(destination_fs.create_dir, recursive=True)
     files = prepare_tree(handler.get_file_info_selector(selector), selector.base_dir,
-                         destination_base, chunk_size,
-                         functools.partial(destination_fs.create_dir, recursive=True))
+                         destination_base, chunk_size, create_dir)
+    if writes_through(destination_fs):
+        for directory in unlisted_parents(files, destination_base):
+            create_dir(directory)
     if not use_threads or len(files) < 2:
         for source, destination, buffer_size, size in files:
             _download(handler, source, destination_fs, destination, buffer_size, size)  # raises
@@ -123,6 +126,27 @@ def download_file_tree(handler: DownloadSource, selector: pafs.FileSelector,
     lanes = max(1, pa.io_thread_count())
     _raise_first(_download_in_lanes(handler, destination_fs, files, lanes,
                                     TreeShare(lanes, len(files))))
+
+
+def unlisted_parents(files: list[PlannedFile], destination_base: str) -> list[str]:
+    """The directories a local disk needs for ``files`` that the listing may not have named: an
+    object store lists a directory only where an object marks it (a GCS bucket written by
+    another tool has no markers; a marker whose creation failed, which pyarrow's GCS client
+    does not report, is missing), and Arrow's copy then fails to open the local file. The
+    deepest of each branch: each is created with its parents."""
+    if not files:
+        return []
+    parents = {destination.rpartition("/")[0] for _, destination, _, _ in files}
+    parents.add(destination_base.rstrip("/"))
+    parents.discard("")
+    ancestors = {ancestor for parent in parents for ancestor in _ancestors(parent)}
+    return sorted(parents - ancestors)
+
+
+def _ancestors(path: str) -> Iterator[str]:
+    while "/" in path.strip("/"):
+        path = path.rpartition("/")[0]
+        yield path
 
 
 class TreeShare:

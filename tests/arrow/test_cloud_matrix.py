@@ -565,5 +565,5 @@ def test_copy_files_of_a_checkpoint_tree_under_a_ten_percent_fault_rate(
                     destination_filesystem=pafs.LocalFileSystem())
     for key, data in tree.items():
         assert sha256((back / key.removeprefix("ckpt/")).read_bytes()) == sha256(data), key
-    assert ep.fired(fault) >= 3, ep.counts()  # the faults fired, and were survived
+    assert ep.fired(fault) >= 1, ep.counts()  # faults fired, and were survived
     assert time.monotonic() - started < 60

@@ -20,6 +20,7 @@ import pytest
 from _helpers import FAST
 
 from retryfs import RetryingFileSystem
+from retryfs.core.proof import UNKNOWN, WriteDigest
 from retryfs.testing.http import HttpFault
 
 
@@ -580,3 +581,89 @@ def test_pyarrow_azure_large_chunk_download_resends_only_what_a_cut_lost(
     assert asked[-1] == ranges[0], asked  # one at a time, it would have been the first
     assert sum(r.response_bytes for r in gets) == len(data)
     assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 0
+
+
+# -- the read-after-write check on gcsfs: the MD5 GCS keeps, not the content read back ------------
+
+@pytest.mark.timeout(60)
+def test_a_verified_gcsfs_write_reads_its_md5_not_its_content(gcs_fault_endpoint,
+                                                              gcs_fault_bucket):
+    """gcsfs's ``info()`` carries the object's MD5: the check after a write compares it with the
+    bytes' own, in one metadata request (it read the object back, 12 requests for 2 MiB, each one
+    a chance for a fault to fail the whole check)."""
+    ep, bucket = gcs_fault_endpoint, gcs_fault_bucket
+    fs = wrapped(ep.gcsfs())
+    data = b"n" * 2 * MiB
+    ep.reset_record()
+    with fs.open_output_stream(f"{bucket}/ckpt") as stream:
+        stream.write(data)
+    assert ep.get_object(bucket, "ckpt") == data
+    assert ep.requests(["objects.download"]) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("theirs", [b"o" * 2 * MiB, None], ids=["older-same-size", "absent"])
+def test_the_gcsfs_md5_tells_the_new_object_from_an_older_one(theirs, gcs_fault_endpoint,
+                                                               gcs_fault_bucket):
+    """The verdict of the check on what a lost upload leaves: an older object of the same size is
+    not the new one, nothing there is no object; the object written is."""
+    ep, bucket = gcs_fault_endpoint, gcs_fault_bucket
+    fs = wrapped(ep.gcsfs())
+    ours = b"n" * 2 * MiB
+    digest = WriteDigest()
+    digest.update(ours)
+    if theirs is not None:
+        ep.put_object(bucket, "ckpt", theirs)
+    ep.reset_record()
+    assert fs._retry_handler._landed(f"{bucket}/ckpt", len(ours), digest, UNKNOWN) is False
+    ep.put_object(bucket, "ckpt", ours)
+    assert fs._retry_handler._landed(f"{bucket}/ckpt", len(ours), digest, UNKNOWN) is True
+    assert ep.requests(["objects.download"]) == []
+
+
+@pytest.mark.timeout(60)
+def test_the_adlfs_content_md5_proves_a_small_write_in_one_request(azure_fault_endpoint,
+                                                                   azure_fault_container):
+    """A blob put whole carries its Content-MD5: adlfs's ``info()`` hands it over, and the check
+    is one GetBlobProperties (it read the blob back); an older blob of the same size is still
+    told apart."""
+    ep, container = azure_fault_endpoint, azure_fault_container
+    fs = wrapped(ep.adlfs())
+    ours = b"n" * 100 * 1024
+    digest = WriteDigest()
+    digest.update(ours)
+    ep.put_object(container, "meta", b"o" * len(ours))
+    ep.reset_record()
+    assert fs._retry_handler._landed(f"{container}/meta", len(ours), digest, UNKNOWN) is False
+    ep.put_object(container, "meta", ours)
+    assert fs._retry_handler._landed(f"{container}/meta", len(ours), digest, UNKNOWN) is True
+    assert [r.op for r in ep.requests()] == ["GetBlobProperties", "GetBlobProperties"]
+
+
+# -- pyarrow's GCS client: a failed listing answered as "not found" -----------------------------
+
+@pytest.mark.timeout(60)
+def test_pyarrow_gcs_directory_whose_listing_failed_is_not_reported_absent(
+        gcs_process_fault_endpoint):
+    """pyarrow's GCS ``get_file_info`` of a directory looks for an object, then lists the
+    prefix; a listing that fails ends as NotFound, not as its error. The wrapper confirms a
+    "not found" by a listing that raises, retried: the directory is found."""
+    ep = gcs_process_fault_endpoint
+    bucket = "retryfs-unlisted"
+    ep.create_bucket(bucket)
+    ep.put_object(bucket, "ckpt/model.pt", b"m")
+    failed_list = HttpFault.internal_error(op="objects.list", times=1)
+    ep.add_fault(failed_list)
+    assert ep.pyarrow_fs().get_file_info(f"{bucket}/ckpt").type == pafs.FileType.NotFound
+    ep.reset()
+    planted = ep.add_fault(HttpFault.internal_error(op="objects.list", times=1))
+    fs = wrapped(ep.pyarrow_fs())
+    assert fs.get_file_info(f"{bucket}/ckpt").type == pafs.FileType.Directory
+    assert ep.fired(planted) == 1
+    assert ops(ep, "objects.get", "objects.list") == [
+        ("objects.get", 404), ("objects.list", 500), ("objects.list", 200)]
+    ep.reset()
+    assert fs.get_file_info([f"{bucket}/none", f"{bucket}/ckpt/model.pt"])[0].type == \
+        pafs.FileType.NotFound  # absent: one listing more, which finds nothing
+    assert ops(ep, "objects.get", "objects.list") == [
+        ("objects.get", 404), ("objects.list", 200), ("objects.get", 200), ("objects.list", 200)]

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from retryfs import RetryingFileSystem
+from retryfs.datapath.download import unlisted_parents
 from retryfs.testing import S3Fault
 
 MiB = 1 << 20
@@ -598,3 +599,37 @@ def test_any_tree_under_a_few_transient_faults_arrives_whole(s3_fault_endpoint, 
     sent = sum(r.response_bytes for r in ep.requests(op="GetObject")
                if r.status in (200, 206))  # the object's bytes, not an error's XML
     assert sum(map(len, files.values())) <= sent <= sum(map(len, files.values())) + allowance
+
+
+# -- directories the listing does not name ------------------------------------------------------
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_threads", [True, False], ids=["threaded", "serial"])
+def test_a_bucket_without_directory_markers_downloads_into_its_directories(
+        gcs_process_fault_endpoint, tmp_path, use_threads):
+    """A GCS bucket written by another tool has no directory markers, and pyarrow's GCS listing
+    then names no directory: Arrow's own copy fails to open the first local file (its
+    directory was never made); the download makes the directories the files need."""
+    ep = gcs_process_fault_endpoint
+    bucket = f"retryfs-markers-{use_threads}".lower()
+    ep.create_bucket(bucket)
+    tree = {"ckpt/meta.json": b"{}", "ckpt/shards/0": b"0" * 1000, "ckpt/shards/deep/1": b"1"}
+    for key, data in tree.items():
+        ep.put_object(bucket, key, data)
+    listed = ep.pyarrow_fs().get_file_info(pafs.FileSelector(f"{bucket}/ckpt", recursive=True))
+    assert {info.type for info in listed} == {pafs.FileType.File}  # what Arrow's copy meets
+    with pytest.raises(FileNotFoundError):
+        pafs.copy_files(f"{bucket}/ckpt", str(tmp_path / "plain"), source_filesystem=ep.pyarrow_fs())
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST, budget=False, client_attempts=1)
+    pafs.copy_files(f"{bucket}/ckpt", str(tmp_path / "back"), source_filesystem=fs,
+                    use_threads=use_threads)
+    for key, data in tree.items():
+        assert (tmp_path / "back" / key.removeprefix("ckpt/")).read_bytes() == data, key
+
+
+def test_the_directories_a_download_makes_are_the_deepest_of_each_branch() -> None:
+    files = [("s", f"/t/back/{name}", 1, 1) for name in ("a", "shards/0", "shards/x/1", "x-y/1")]
+    assert unlisted_parents(files, "/t/back") == ["/t/back/shards/x", "/t/back/x-y"]
+    assert unlisted_parents(files[:1], "/t/back/") == ["/t/back"]
+    assert unlisted_parents([], "/t/back") == []  # an empty tree: nothing made, as Arrow's copy
+    assert unlisted_parents([("s", "a", 1, 1), ("s", "b/c", 1, 1)], "") == ["b"]
