@@ -25,6 +25,9 @@ with the AWS SDK's request checksums off (``AWS_REQUEST_CHECKSUM_CALCULATION=whe
 pyarrow's SDK sends every upload ``aws-chunked`` with a CRC64NVME trailer, which moto decodes
 and checks in Python; obstore sends a signed payload and no checksum.
 
+A fourth table runs the fault-free tree on SeaweedFS (a Go server) for retryfs, pyarrow S3 and
+obstore, upload and download timed apart: a test server whose checksum cost is not Python's.
+
 Peak RSS: each client's fault-free upload and download once more, in an interpreter of its own
 (imports done before the measure starts), against the same endpoint served from this process.
 
@@ -34,6 +37,7 @@ Usage: python -m benchmarks.bench_faults [--quick]
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import shutil
@@ -47,6 +51,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pyarrow.fs as pafs
 
@@ -107,14 +112,19 @@ def _s3fs_client(endpoint: S3FaultEndpoint) -> Client:
 
 
 def _obstore_client(endpoint: S3FaultEndpoint) -> Client | None:
+    return _obstore_on(endpoint.url, ACCESS_KEY, SECRET_KEY, endpoint.region)
+
+
+def _obstore_on(url: str, access_key: str, secret_key: str, region: str) -> Client | None:
+    """obstore on the S3 endpoint at ``url``, bucket `BUCKET`."""
     try:
         import obstore
         from obstore.store import S3Store
     except ImportError:
         return None
     store = S3Store(
-        BUCKET, endpoint=endpoint.url, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
-        region=endpoint.region, client_options={"allow_http": True},
+        BUCKET, endpoint=url, access_key_id=access_key, secret_access_key=secret_key,
+        region=region, client_options={"allow_http": True},
         retry_config={"max_retries": 10, "backoff": {
             "init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=15),
             "base": 2}})
@@ -471,12 +481,91 @@ def checksum_cost(tree: Tree, rounds: int) -> list[str]:
                           "off vs obstore"], rows)]
 
 
+def on_seaweed(tree: Tree, rounds: int) -> list[str]:
+    """Fault-free on SeaweedFS (a Go server, which checks a checksum trailer at Go's speed, not
+    Python's): retryfs as ``from_uri`` builds it, pyarrow S3 and obstore, as they ship and with
+    the AWS SDK's request checksums off; upload and download timed apart. The first round warms
+    up and is not counted."""
+    from benchmarks.seaweed import ACCESS_KEY as WEED_KEY
+    from benchmarks.seaweed import SECRET_KEY as WEED_SECRET
+    from benchmarks.seaweed import seaweed_s3
+
+    with scratch("seaweed-tree") as work, seaweed_s3() as server:
+        server.pyarrow_fs().create_dir(BUCKET)
+        src = tree.make(os.path.join(work, "ckpt"))
+        want = _digests(src)
+        query = urlencode({"endpoint_override": server.endpoint, "scheme": "http",
+                           "region": "us-east-1"})
+        builders: dict[str, Callable[[], Client | None]] = {
+            "retryfs": lambda: _arrow_client("retryfs", retryfs.from_uri(
+                f"s3://{WEED_KEY}:{WEED_SECRET}@{BUCKET}?{query}")[0]),
+            "pyarrow S3 (own retries)": lambda: _arrow_client(
+                "pyarrow S3 (own retries)", server.pyarrow_fs()),
+            "obstore (own RetryConfig)": lambda: _obstore_on(
+                f"http://{server.endpoint}", WEED_KEY, WEED_SECRET, "us-east-1"),
+        }
+        times = _timed_apart(builders, src, want, work, rounds)
+    return [_apart_table(times, list(builders), f"fault-free upload + download of "
+                         f"{tree.describe()} on SeaweedFS, {rounds} rounds after a warm-up")]
+
+
+def _timed_apart(builders: dict[str, Callable[[], Client | None]], src: str,
+                 want: dict[str, str], work: str, rounds: int
+                 ) -> dict[tuple[str, bool], list[tuple[float, float]]]:
+    """``(upload, download)`` seconds per client and checksums off or not, each round into a
+    fresh prefix, every file checked after the download."""
+    times: dict[tuple[str, bool], list[tuple[float, float]]] = {}
+    prefixes = itertools.count()
+    for round_ in range(rounds + 1):
+        for name, build in builders.items():
+            for off in (False, True):
+                client = _checksums_off(build) if off else build()
+                if client is None:
+                    continue
+                dest, local = f"{BUCKET}/tree-{next(prefixes)}", os.path.join(work, "down")
+                started = time.perf_counter()
+                client.upload(src, dest)
+                uploaded = time.perf_counter()
+                client.download(dest, local)
+                done = time.perf_counter()
+                if _digests(local) != want:
+                    raise AssertionError(f"{name}: downloaded files differ from the source")
+                shutil.rmtree(local)
+                if round_:
+                    times.setdefault((name, off), []).append((uploaded - started, done - uploaded))
+    return times
+
+
+def _apart_table(times: dict[tuple[str, bool], list[tuple[float, float]]], names: list[str],
+                 title: str) -> str:
+    def total(name: str, off: bool) -> list[float]:
+        return [up + down for up, down in times.get((name, off), [])]
+
+    obstore = statistics.median(total("obstore (own RetryConfig)", False) or [0.0])
+    rows = []
+    for name in names:
+        on, off = total(name, False), total(name, True)
+        if not on:
+            continue
+        ups = [up for up, _ in times[(name, False)]]
+        downs = [down for _, down in times[(name, False)]]
+        rows.append([name, _spread(on) + " s", f"{statistics.median(ups):.3f} s",
+                     f"{statistics.median(downs):.3f} s",
+                     f"{statistics.median(on) / obstore:.2f}" if obstore else "-",
+                     _spread(off) + " s" if off else "-",
+                     f"{statistics.median(off) / obstore:.2f}" if obstore and off else "-"])
+    return table(title + "; median (range), the ratio to obstore's time as it ships",
+                 ["client", "as shipped", "upload", "download", "vs obstore", "checksums off",
+                  "off vs obstore"], rows)
+
+
 def run(quick: bool) -> list[str]:
     if quick:
         return (under_faults(QUICK_TREE, (0.01, 0.05), 1)
                 + throttle_storm(QUICK_TREE, 2.0, 1) + checksum_cost(QUICK_TREE, 1))
     return (under_faults(FULL_TREE, (0.01, 0.05), 3, figure=FIGURE)
-            + throttle_storm(FULL_TREE, 5.0, 3) + checksum_cost(FULL_TREE, 5))
+            + throttle_storm(FULL_TREE, 5.0, 3) + checksum_cost(FULL_TREE, 5)
+            + on_seaweed(FULL_TREE, 7))
 
 
 if __name__ == "__main__":
