@@ -31,6 +31,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from retryfs.core.locations import subtree_base
+
 __all__ = ["confirm_not_found", "hides_list_errors", "resends_by_itself", "with_client_attempts"]
 
 #: google-cloud-cpp's retry limit that leaves exactly one attempt: 0 s is spent before the first
@@ -82,9 +84,7 @@ def hides_list_errors(fs: pafs.FileSystem) -> bool:
     ``FileType.NotFound``, not as the error: under retryfs, its own retries cut to one
     attempt, a transient fault made an existing checkpoint directory look absent, and
     ``copy_files`` of it a single-file copy of nothing. See `confirm_not_found`."""
-    while isinstance(fs, pafs.SubTreeFileSystem):
-        fs = fs.base_fs
-    return isinstance(fs, pafs.GcsFileSystem)
+    return isinstance(subtree_base(fs), pafs.GcsFileSystem)
 
 
 def confirm_not_found(fs: pafs.FileSystem, info: pafs.FileInfo) -> pafs.FileInfo:

@@ -17,11 +17,19 @@ from typing import Any
 import pyarrow.fs as pafs
 
 __all__ = ["NAME_MAX", "check_location", "check_object_path", "check_path", "dangerous_target",
-           "temporary_beside"]
+           "subtree_base", "temporary_beside"]
 
 #: The longest file name, in bytes, of the local filesystems retryfs writes temporary files on
 #: (ext4, xfs, btrfs, tmpfs, NFS): a temporary name never passes it.
 NAME_MAX = 255
+
+
+def subtree_base(fs: pafs.FileSystem) -> pafs.FileSystem:
+    """The filesystem under ``fs``'s ``SubTreeFileSystem`` layers (``fs`` itself if none):
+    the one whose kind decides how its files are read and written."""
+    while isinstance(fs, pafs.SubTreeFileSystem):
+        fs = fs.base_fs
+    return fs
 
 
 def temporary_beside(path: str, tag: str) -> str:

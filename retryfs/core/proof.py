@@ -34,6 +34,8 @@ from typing import Any, Final
 
 import pyarrow.fs as pafs
 
+from .locations import subtree_base
+
 __all__ = ["HASHED", "UNKNOWN", "Entry", "ObjectState", "Proofs", "WriteDigest", "arrow_entry",
            "arrow_state", "fsspec_entry", "fsspec_state", "is_new", "moved_here", "read_md5",
            "state_before", "verdict"]
@@ -174,9 +176,7 @@ def _etag(value: Any) -> str | None:
 
 
 def _s3_of(fs: pafs.FileSystem) -> bool:
-    while isinstance(fs, pafs.SubTreeFileSystem):
-        fs = fs.base_fs
-    return isinstance(fs, pafs.S3FileSystem)
+    return isinstance(subtree_base(fs), pafs.S3FileSystem)
 
 
 def arrow_state(fs: pafs.FileSystem, path: str) -> ObjectState | None:

@@ -47,6 +47,7 @@ import pyarrow.fs as pafs
 from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, one file
 
 from retryfs.core.engine import Retrier
+from retryfs.core.locations import subtree_base
 from retryfs.core.redact import redact
 from retryfs.core.timeouts import AttemptSignal, in_background
 
@@ -55,7 +56,6 @@ from .upload import (
     PlannedFile,
     prepare_tree,
     pump_into,
-    subtree_base,
     writes_through,
     written_whole,
 )

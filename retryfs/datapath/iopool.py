@@ -35,6 +35,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from retryfs.core.locations import subtree_base
+
 __all__ = ["PART_SLICE", "SLICED_MAX", "UNSENT_MAX", "PoolSafeOutputStream",
            "holds_unsent_parts", "lend_io_thread", "write_bounded", "writes_in_background"]
 
@@ -67,9 +69,7 @@ SLICED_MAX = 1_000 * PART_SLICE
 def holds_unsent_parts(fs: Any) -> bool:
     """Whether ``fs``'s output streams keep every queued part in memory until it is sent, with
     no bound (pyarrow's S3), so that their writers should `write_bounded`."""
-    while isinstance(fs, pafs.SubTreeFileSystem):
-        fs = fs.base_fs
-    return isinstance(fs, pafs.S3FileSystem)
+    return isinstance(subtree_base(fs), pafs.S3FileSystem)
 
 
 def write_bounded(stream: Any, buffer: pa.Buffer, unflushed: int, written: int) -> int:

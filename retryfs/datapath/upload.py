@@ -46,7 +46,7 @@ import pyarrow.fs as pafs
 from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, one file
 
 from retryfs.core.engine import Retrier, holding, operation_end
-from retryfs.core.locations import temporary_beside
+from retryfs.core.locations import subtree_base, temporary_beside
 from retryfs.core.proof import UNKNOWN, Proofs, WriteDigest, arrow_state, state_before
 from retryfs.core.timeouts import (
     AttemptAbandoned,
@@ -67,7 +67,7 @@ from .streams import SUB_READ, abandon_stream, discard
 from .verify import REFUSED, Listed, listed_files, note_unproven, proof
 
 __all__ = ["CopyTarget", "PlannedFile", "copy_file_tree", "copy_single_file", "join_abstract", "plan_tree",
-           "prepare_tree", "pump_into", "subtree_base", "writes_through", "written_whole"]
+           "prepare_tree", "pump_into", "writes_through", "written_whole"]
 
 
 class CopyTarget(Protocol):
@@ -734,12 +734,6 @@ def writes_through(fs: pafs.FileSystem) -> bool:
     return isinstance(subtree_base(fs), pafs.LocalFileSystem)
 
 
-def subtree_base(fs: pafs.FileSystem) -> pafs.FileSystem:
-    """The filesystem under ``fs``'s ``SubTreeFileSystem`` layers (``fs`` itself if none):
-    the one whose kind decides how its files are read and written."""
-    while isinstance(fs, pafs.SubTreeFileSystem):
-        fs = fs.base_fs
-    return fs
 
 
 def _beside(path: str) -> str:
