@@ -652,9 +652,9 @@ def test_pyarrow_gcs_directory_whose_listing_failed_is_not_reported_absent(
     bucket = "retryfs-unlisted"
     ep.create_bucket(bucket)
     ep.put_object(bucket, "ckpt/model.pt", b"m")
-    failed_list = HttpFault.internal_error(op="objects.list", times=1)
-    ep.add_fault(failed_list)
+    failed_list = ep.add_fault(HttpFault.internal_error(op="objects.list", times=1))
     assert ep.pyarrow_fs().get_file_info(f"{bucket}/ckpt").type == pafs.FileType.NotFound
+    assert ep.fired(failed_list) == 1  # the NotFound was the failed listing's
     ep.reset()
     planted = ep.add_fault(HttpFault.internal_error(op="objects.list", times=1))
     fs = wrapped(ep.pyarrow_fs())
