@@ -37,8 +37,8 @@ import pyarrow.fs as pafs
 from .locations import subtree_base
 
 __all__ = ["HASHED", "UNKNOWN", "Entry", "ObjectState", "Proofs", "WriteDigest", "arrow_entry",
-           "arrow_state", "fsspec_entry", "fsspec_state", "is_new", "moved_here", "read_md5",
-           "state_before", "verdict"]
+           "arrow_state", "fsspec_entry", "fsspec_state", "is_new", "moved_here", "multipart_etag",
+           "read_md5", "state_before", "verdict"]
 
 #: The bytes of a write hashed (MD5) to prove its content; beyond, the proof is the change of
 #: the destination since before the write.
@@ -47,6 +47,7 @@ HASHED: Final = 8 * 1024 * 1024  # below pyarrow's part size: one part, an ETag 
 
 #: An S3 ETag: an MD5 in hex, with ``-<parts>`` for a multipart upload (Azure's, GCS's differ).
 _S3_ETAG = re.compile(r"[0-9a-f]{32}(-[0-9]+)?")
+_MD5 = re.compile(r"[0-9a-f]{32}")
 
 
 class _Unknown:
@@ -107,6 +108,16 @@ class WriteDigest:
             return frozenset()
         one_part = hashlib.md5(bytes.fromhex(whole), usedforsecurity=False).hexdigest()
         return frozenset({whole, f"{one_part}-1"})
+
+
+def multipart_etag(part_etags: list[Any]) -> str | None:
+    """The S3 ETag of a multipart upload of parts with these ETags (in part order): the MD5 of
+    their MD5s, ``-`` and the count; ``None`` when a part's ETag is no MD5 (SSE-KMS, SSE-C)."""
+    found = [_etag(etag) for etag in part_etags]
+    if not found or not all(_MD5.fullmatch(etag or "") for etag in found):
+        return None
+    whole = b"".join(bytes.fromhex(etag) for etag in found if etag is not None)
+    return f"{hashlib.md5(whole, usedforsecurity=False).hexdigest()}-{len(found)}"
 
 
 def changed(after: ObjectState, before: ObjectState) -> bool:

@@ -49,6 +49,10 @@ from the key's buffer under the key's lock when moto reads the value, which are 
 it; anything else asked of it (or a range moto treats as the whole object) reads the whole
 object as moto does. Every answer is moto's own,
 byte for byte (``tests/arrow/test_s3_ranges.py``); ``read_ranges_only=False`` is moto as it comes.
+
+A CompleteMultipartUpload of an upload that is no longer there (completed, or aborted) is
+answered ``404 NoSuchUpload``, as S3 does (moto's own answer is a 500): what a commit retried
+after a lost answer meets.
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ from xml.sax.saxutils import escape
 
 import pyarrow.fs
 from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
-from moto.s3.models import FakeKey, FakeMultipart, s3_backends
+from moto.s3.exceptions import NoSuchUpload
+from moto.s3.models import FakeKey, FakeMultipart, S3Backend, s3_backends
 from moto.s3.responses import S3Response
 
 from ._plan import PlanAndRecord
@@ -213,15 +218,28 @@ def _key_response(self: S3Response, *args: Any, **kwargs: Any) -> Any:
     return result
 
 
+def _complete_multipart_upload(self: S3Backend, bucket_name: str, multipart_id: str,
+                               body: Any) -> Any:
+    """moto's ``complete_multipart_upload``, answering an upload that is not there (completed
+    or aborted) with S3's ``404 NoSuchUpload``: moto's own raises a ``KeyError`` (a 500)."""
+    if multipart_id not in self.get_bucket(bucket_name).multiparts:
+        raise NoSuchUpload(upload_id=multipart_id)
+    return _moto_complete(self, bucket_name, multipart_id, body)
+
+
 # Installed once per process (a reload of this module keeps moto's originals).
 _moto_value: Callable[[FakeKey], bytes] = getattr(FakeKey.value.fget, "moto_original",
                                                   FakeKey.value.fget)
 _moto_key_response: Callable[..., Any] = getattr(S3Response.key_response, "moto_original",
                                                  S3Response.key_response)
+_moto_complete: Callable[..., Any] = getattr(S3Backend.complete_multipart_upload, "moto_original",
+                                             S3Backend.complete_multipart_upload)
+_complete_multipart_upload.moto_original = _moto_complete  # type: ignore[attr-defined]
 _value.moto_original = _moto_value  # type: ignore[attr-defined]
 _key_response.moto_original = _moto_key_response  # type: ignore[attr-defined]
 setattr(FakeKey, "value", property(_value, FakeKey.value.fset))  # noqa: B010 - mypy: a property
 setattr(S3Response, "key_response", _key_response)  # noqa: B010
+setattr(S3Backend, "complete_multipart_upload", _complete_multipart_upload)  # noqa: B010
 
 
 class _CountingInput:

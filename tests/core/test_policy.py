@@ -142,7 +142,7 @@ def test_per_operation_overrides_by_group_and_method():
         resolve_overrides(base, {"writes": {"max_attempts": 2}})
     assert str(raised.value).startswith(
         "per_operation key 'writes' is neither a group (metadata, read, write, delete, move) "
-        "nor an operation (close, copy_file, copy_files, create_dir, ")
+        "nor an operation (close, commit, copy_file, copy_files, create_dir, ")
     with pytest.raises(TypeError) as raised:
         resolve_overrides(base, {"read": 3})
     assert str(raised.value) == (

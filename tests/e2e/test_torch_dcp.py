@@ -64,12 +64,14 @@ SAVE_FAULTS = {
     "put_object_503": (S3Fault.slow_down(op="PutObject", times=2), {}),
     "create_multipart_500": (S3Fault.internal_error(op="CreateMultipartUpload", times=1), {}),
     "upload_part_503": (S3Fault.slow_down(op="UploadPart", times=2), {}),
-    # a failed commit of a multipart upload is the one fault that costs the file: the upload
-    # is aborted and the file replayed from the spool (its 6 MiB again, in one part), the last
-    # resort
+    # the commit of a multipart upload is retried in place too (the same upload and parts)
     "complete_multipart_500": (S3Fault.internal_error(op="CompleteMultipartUpload", times=1),
-                               {"CreateMultipartUpload": 1, "UploadPart": 1,
-                                "AbortMultipartUpload": 1}),
+                               {}),
+    # applied, its answer lost: the retry finds no upload (NoSuchUpload) and the object there
+    # is the one the parts make (one HEAD)
+    "complete_multipart_applied_then_lost": (
+        S3Fault.internal_error(op="CompleteMultipartUpload", times=1, applied=True),
+        {"HeadObject": 1}),
     # a retried copy first looks at the destination (did the lost attempt land?): one HEAD
     "rename_copy_503": (S3Fault.slow_down(op="CopyObject", times=2), {"HeadObject": 1}),
     "rename_delete_503": (S3Fault.slow_down(op="DeleteObjects", times=2), {}),

@@ -26,6 +26,7 @@ from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 import retryfs
 from retryfs import RetryingFileSystem, RetryPolicy, RetryStats
+from retryfs.core.proof import multipart_etag
 from retryfs.fsspec.filesystem import AsyncRetryFileSystem, RetryFileSystem
 from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault
 
@@ -565,7 +566,7 @@ def test_s3fs_wrapper_is_async_and_retries_real_faults(s3):
     assert ep.counts()["GetObject"] == 3  # permanent: one attempt
 
 
-def test_s3fs_upload_failing_at_close_is_replayed(s3):
+def test_s3fs_commit_failing_at_close_is_retried_in_place(s3):
     ep, bucket = s3
     inner = ep.s3fs()
     data = os.urandom(3000)
@@ -577,11 +578,14 @@ def test_s3fs_upload_failing_at_close_is_replayed(s3):
     assert ep.fired(alone) == 1
     fs = wrap(inner)
     wrapped = ep.add_fault(S3Fault.internal_error(op="PutObject", times=1))
+    ep.reset_record()
     with fs.open(f"{bucket}/obj", "wb") as f:
         f.write(data)
     assert ep.get_object(bucket, "obj") == data
     assert ep.fired(wrapped) == 1
-    assert fs.stats.snapshot()["by_operation"]["close"]["retries"] == 1
+    assert ep.counts()["PutObject"] == 2  # the failed PUT, sent again: nothing else
+    by_op = fs.stats.snapshot()["by_operation"]
+    assert (by_op["commit"]["retries"], by_op["close"]["retries"]) == (1, 0)  # no replay
 
 
 def test_s3fs_multipart_upload_failing_mid_stream_and_at_commit(s3):
@@ -595,8 +599,80 @@ def test_s3fs_multipart_upload_failing_mid_stream_and_at_commit(s3):
             f.write(data[start:start + 1024 * 1024])
     assert ep.get_object(bucket, "big") == data
     assert (ep.fired(part), ep.fired(commit)) == (1, 1)
-    assert ep.counts()["CompleteMultipartUpload"] == 2
-    assert ep.counts()["AbortMultipartUpload"] >= 1  # broken uploads were aborted
+    counts = ep.counts()  # each failed request sent again, and nothing else
+    assert (counts["UploadPart"], counts["CompleteMultipartUpload"]) == (4, 2)
+    assert (counts["CreateMultipartUpload"], counts["AbortMultipartUpload"]) == (1, 0)
+
+
+def test_s3fs_complete_applied_then_lost_is_settled_by_the_object_there(s3):
+    """The first CompleteMultipartUpload is applied but answered 500; its retry finds the upload
+    gone (NoSuchUpload) and the object there is the one the parts make: done, no replay."""
+    ep, bucket = s3
+    fs = wrap(ep.s3fs())
+    data = os.urandom(11 * 1024 * 1024)
+    lost = ep.add_fault(S3Fault.internal_error(op="CompleteMultipartUpload", times=1,
+                                               applied=True))
+    with fs.open(f"{bucket}/big", "wb", block_size=5 * 1024 * 1024) as f:
+        f.write(data)
+    assert ep.get_object(bucket, "big") == data
+    assert ep.fired(lost) == 1
+    counts = ep.counts()
+    assert (counts["CompleteMultipartUpload"], counts["UploadPart"]) == (2, 1)  # one 11 MiB part
+    assert (counts["CreateMultipartUpload"], counts["AbortMultipartUpload"]) == (1, 0)
+    assert fs.stats.snapshot()["by_operation"]["close"]["retries"] == 0  # no replay
+
+
+def test_s3fs_complete_whose_upload_vanished_under_another_object_is_replayed(s3):
+    """The retried CompleteMultipartUpload finds the upload gone and another object at the key
+    (a third party wrote after the lost commit): not proven, so the stream is replayed and
+    this write's bytes committed again."""
+    ep, bucket = s3
+    fs = wrap(ep.s3fs())
+    data = os.urandom(11 * 1024 * 1024)
+    lost = ep.add_fault(S3Fault.internal_error(op="CompleteMultipartUpload", times=1,
+                                               applied=True))
+    other = os.urandom(len(data))  # the same size: the size alone would not tell
+
+    def third_party_writes_while_the_commit_waits(seconds):
+        if ep.fired(lost) and ep.get_object(bucket, "big") != other:
+            ep.put_object(bucket, "big", other)
+
+    fs.retrier.sleep = third_party_writes_while_the_commit_waits
+    with fs.open(f"{bucket}/big", "wb", block_size=5 * 1024 * 1024) as f:
+        f.write(data)
+    assert ep.get_object(bucket, "big") == data
+    assert ep.fired(lost) == 1
+    counts = ep.counts()
+    assert counts["CompleteMultipartUpload"] == 3  # lost, NoSuchUpload, the replay's
+    assert counts["CreateMultipartUpload"] == 2  # the replay's upload
+    assert fs.stats.snapshot()["by_operation"]["close"]["retries"] == 1
+
+
+def test_multipart_etag_is_the_etag_s3_gives_the_parts(s3):
+    ep, bucket = s3
+    fs = wrap(ep.s3fs())
+    with fs.open(f"{bucket}/big", "wb", block_size=5 * 1024 * 1024) as f:
+        for _ in range(11):
+            f.write(os.urandom(1024 * 1024))
+        inner = f._last_inner.file
+    parts = [part["ETag"] for part in inner.parts]
+    assert len(parts) == 3
+    assert multipart_etag(parts) == fs.info(f"{bucket}/big")["ETag"].strip('"')
+    assert multipart_etag(parts[:2]) != multipart_etag(parts)
+    assert multipart_etag(['"not-an-md5"']) is None and multipart_etag([]) is None
+
+
+def test_s3fs_exclusive_create_keeps_its_own_commit(s3):
+    """``xb`` commits with If-None-Match: not retried in place (a retry after an applied commit
+    would meet its own object); a failed commit replays the stream, and the object is written."""
+    ep, bucket = s3
+    fs = wrap(ep.s3fs())
+    ep.add_fault(S3Fault.internal_error(op="PutObject", times=1))
+    with fs.open(f"{bucket}/x", "xb") as f:
+        f.write(b"once")
+    assert ep.get_object(bucket, "x") == b"once"
+    by_op = fs.stats.snapshot()["by_operation"]
+    assert by_op["close"]["retries"] == 1 and "commit" not in by_op
 
 
 def test_s3fs_reads_resume_after_real_faults(s3):
