@@ -63,7 +63,7 @@ from retryfs.datapath.placeholders import EmptyAtOpen, creates_empty_at_open
 from retryfs.datapath.streams import ReplayableOutputStream, ResumableInputFile
 from retryfs.datapath.upload import copy_file_tree, copy_single_file, writes_through
 from retryfs.errors import UnfinishedDeleteError
-from retryfs.patches.s3fs_parts import retry_parts_in_place
+from retryfs.patches.s3fs_parts import retry_parts_in_place, with_parts_in_flight
 
 from .fsspec_adapter import FsspecHandler
 
@@ -469,13 +469,15 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
                 empty.opened()
             return stream
 
+        first = reopen() if empty is None else empty.first_open(reopen)
+        timed = self.write_attempt_timeout if self._timed_writes else None
         stream = ReplayableOutputStream(
-            path, reopen() if empty is None else empty.first_open(reopen), reopen, self.retrier,
+            path, first, reopen, self.retrier,
             verify=self._landed if self.verify_writes else None,
             state_of=self._state_before,
             on_commit=self.failed_commits.record,
             spool_memory=self.spool_memory,
-            attempt_timeout=self.write_attempt_timeout if self._timed_writes else None,
+            attempt_timeout=with_parts_in_flight(timed, first),
             on_give_up=None if empty is None else empty.remove,
         )
         return pa.PythonFile(stream, mode="w")

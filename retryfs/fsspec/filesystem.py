@@ -80,7 +80,7 @@ from retryfs.core.redact import redact, register_option_secrets
 from retryfs.core.stats import RetryStats
 from retryfs.core.timeouts import timed, write_attempt_timeout, writes_locally
 from retryfs.errors import CommitNotVisibleError
-from retryfs.patches.s3fs_parts import retry_parts_in_place
+from retryfs.patches.s3fs_parts import retry_parts_in_place, with_parts_in_flight
 
 from .files import (
     AsyncRetryReadFile,
@@ -467,11 +467,12 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                 return inner
 
             first = reopen_write()
+            timed = None if writes_locally(inner_fs) else self._write_attempt_timeout
             writer = RetryWriteFile(
                 self, path, mode, first, reopen_write, self.retrier,
                 verify=self._landed if (self.verify_writes and autocommit) else None,
                 spool_memory=self.spool_memory, autocommit=autocommit,
-                attempt_timeout=None if writes_locally(inner_fs) else self._write_attempt_timeout,
+                attempt_timeout=with_parts_in_flight(timed, first.file),
                 state_of=self._state)
             return writer
         operation = "open_append_stream" if "a" in mode else "open"

@@ -23,6 +23,10 @@ are: a failure there is recovered by the replay spool, the last resort.
 
 from __future__ import annotations
 
+import contextvars
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from retryfs.core.engine import Retrier
@@ -31,13 +35,111 @@ from retryfs.errors import CommitNotVisibleError
 
 from . import registry
 
-__all__ = ["COMMIT_REQUESTS", "PART_REQUESTS", "retry_parts_in_place", "settle_lost_complete"]
+__all__ = ["COMMIT_REQUESTS", "PARTS_IN_FLIGHT", "PART_BYTES_IN_FLIGHT", "PART_REQUESTS",
+           "PartsInFlight", "retry_parts_in_place", "settle_lost_complete", "with_parts_in_flight"]
 
 #: The per-part requests of s3fs files that are retried in place (operation ``upload_part``).
 PART_REQUESTS = frozenset({"upload_part"})
 
 #: The commit requests of s3fs files that are retried in place (operation ``commit``).
 COMMIT_REQUESTS = frozenset({"put_object", "complete_multipart_upload"})
+
+#: The parts of one file uploading at once, at most, and the bytes they may hold: a part is
+#: sent while the next one fills (at least one part, whatever its size, is in flight).
+PARTS_IN_FLIGHT = 4
+PART_BYTES_IN_FLIGHT = 64 * 2**20
+
+_pool_lock = threading.Lock()
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+
+
+def _part_pool() -> ThreadPoolExecutor:
+    """The process's threads that send s3fs parts (each waits on s3fs's event loop)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(thread_name_prefix="retryfs-part"))
+        return _pool[1]
+
+
+class _PendingETag:
+    """The ETag of a part still uploading, in s3fs's list of parts until the commit."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Future[Any]) -> None:
+        self.future = future
+
+    def __repr__(self) -> str:
+        return f"_PendingETag({self.future!r})"
+
+
+class PartsInFlight:
+    """The parts of one s3fs upload sent in the background, each retried in place.
+
+    s3fs sends a part when its buffer fills and waits for it before the caller's write
+    returns: one part at a time, the caller idle meanwhile. Here a part is handed to a thread
+    and s3fs goes on with a pending ETag; at most `PARTS_IN_FLIGHT` parts and
+    `PART_BYTES_IN_FLIGHT` bytes are in flight (a write waits for the oldest beyond that).
+    A part that finally failed raises its error at the next part or at the commit (the
+    stream is then replayed, as before); the commit waits for every part and puts their
+    ETags in s3fs's list; an abort waits for the parts in flight first.
+    """
+
+    def __init__(self, call_s3: Any, retrier: Retrier, path: str) -> None:
+        self._call_s3 = call_s3
+        self._retrier = retrier
+        self._path = path
+        self._in_flight: list[tuple[Future[Any], int]] = []
+
+    def send(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Hand a part over (``upload_part``'s keywords); what s3fs reads of the answer."""
+        size = len(kwargs.get("Body") or b"")
+        self._reap(block=False)
+        while self._in_flight and (len(self._in_flight) >= PARTS_IN_FLIGHT or
+                                   sum(n for _, n in self._in_flight) + size
+                                   > PART_BYTES_IN_FLIGHT):
+            self._reap(block=True)
+        def upload() -> Any:
+            return self._retrier.call("upload_part", self._path, self._call_s3, "upload_part",
+                                      **kwargs)
+
+        context = contextvars.copy_context()  # the operation's deadline goes with it
+        try:
+            future = _part_pool().submit(context.run, upload)
+        except RuntimeError:  # the interpreter is exiting: no new threads, the part here
+            return upload()  # type: ignore[no-any-return]
+        self._in_flight.append((future, size))
+        return {"ETag": _PendingETag(future)}
+
+    def settle(self, parts: list[dict[str, Any]]) -> None:
+        """Wait for every part; their ETags (and checksums) into ``parts`` (s3fs's list)."""
+        for part in parts:
+            pending = part.get("ETag")
+            if isinstance(pending, _PendingETag):
+                answer = pending.future.result()
+                part["ETag"] = answer["ETag"]
+                if "ChecksumSHA256" in answer:
+                    part["ChecksumSHA256"] = answer["ChecksumSHA256"]
+        self._in_flight.clear()
+
+    def drain(self) -> None:
+        """Before an abort: wait for the parts in flight, whatever they end with."""
+        wait([future for future, _ in self._in_flight])
+        self._in_flight.clear()
+
+    def _reap(self, *, block: bool) -> None:
+        """Drop the parts that are done (waiting for the oldest first when ``block``); the
+        error of one that failed is raised."""
+        if block:
+            wait([self._in_flight[0][0]], return_when=FIRST_COMPLETED)
+        still = []
+        for future, size in self._in_flight:
+            if future.done():
+                future.result()  # raises a failed part's error
+            else:
+                still.append((future, size))
+        self._in_flight = still
 
 
 def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
@@ -50,9 +152,15 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
     registry.note_applied("s3fs_parts", "the _call_s3 of s3fs files retryfs opens for writing: "
                          "upload_part, put_object and complete_multipart_upload retried in place")
 
+    parts = PartsInFlight(call_s3, retrier, path)
+
     def retried(method: str, *args: Any, **kwargs: Any) -> Any:
-        if method in PART_REQUESTS:
-            return retrier.call("upload_part", path, call_s3, method, *args, **kwargs)
+        if method in PART_REQUESTS and not args:
+            return parts.send(kwargs)
+        if method == "complete_multipart_upload":
+            parts.settle(kwargs.get("MultipartUpload", {}).get("Parts", []))
+        elif method == "abort_multipart_upload":
+            parts.drain()
         if method not in COMMIT_REQUESTS or "IfNoneMatch" in kwargs:
             return call_s3(method, *args, **kwargs)
         if method == "put_object":
@@ -60,7 +168,21 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
         return _complete(call_s3, retrier, path, kwargs)
 
     file._call_s3 = retried
+    file._retryfs_parts = parts
     return file
+
+
+def with_parts_in_flight(attempt_timeout: Any, file: Any) -> Any:
+    """A write stream's per-attempt timeout (``(operation, bytes) -> seconds``) for ``file``:
+    a write of a file that sends its parts in the background may wait for the parts before it
+    (up to `PART_BYTES_IN_FLIGHT`), so its attempt is given their time too."""
+    if attempt_timeout is None or getattr(file, "_retryfs_parts", None) is None:
+        return attempt_timeout
+
+    def timeout(operation: str, in_flight: int) -> Any:
+        return attempt_timeout(operation, in_flight + PART_BYTES_IN_FLIGHT)
+
+    return timeout
 
 
 def _complete(call_s3: Any, retrier: Retrier, path: str, kwargs: dict[str, Any]) -> Any:

@@ -483,8 +483,9 @@ def test_s3fs_broken_upload_is_aborted_never_committed(
     ep.add_fault(S3Fault.access_denied(op="UploadPart", query={"partNumber": 1}))
     with pytest.raises(PermissionError):
         write(fs, f"{bucket}/denied", data)
-    counts = ep.counts()
-    assert counts["UploadPart"] == 1 and counts["AbortMultipartUpload"] == 1
+    counts = ep.counts()  # part 2 goes out unless part 1's refusal came back first (parts
+    # are sent in the background); the upload is aborted, nothing committed
+    assert counts["UploadPart"] in (1, 2) and counts["AbortMultipartUpload"] == 1
     assert counts["CompleteMultipartUpload"] == 0 and "denied" not in ep.keys(bucket)
     gc.collect()
     assert unraisable == []

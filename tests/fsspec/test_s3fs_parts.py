@@ -1,0 +1,204 @@
+"""`retryfs.patches.s3fs_parts.PartsInFlight`: the parts of an s3fs upload go out in the
+background, a bounded number at once, each retried in place; a failed one is raised, type kept,
+and nothing is completed or aborted while a part is still on its way."""
+
+import os
+import threading
+
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
+from retryfs import RetryPolicy
+from retryfs.fsspec.filesystem import RetryFileSystem
+from retryfs.patches import s3fs_parts
+from retryfs.testing.s3 import S3Fault
+
+FAST = RetryPolicy(max_attempts=3, initial_delay=0.0, max_delay=0.0, jitter=False)
+WAIT = 10  # seconds: reached only when the behaviour under test is missing
+
+
+class FakeStore:
+    """An s3fs file's ``_call_s3``: parts answer their MD5-shaped ETag, after ``gate`` (if any)
+    lets them; every request is logged in the order it ended."""
+
+    def __init__(self, gate=None, fail=None):
+        self.gate, self.fail = gate, fail
+        self.log, self.lock = [], threading.Lock()
+        self.changed = threading.Condition(self.lock)  # notified as parts start and end
+        self.in_flight = self.most_bytes = self.most_parts = 0
+        self.bytes = 0
+
+    def __call__(self, method, **kwargs):
+        if method != "upload_part":
+            with self.lock:
+                self.log.append((method, kwargs))
+            return {}
+        size = len(kwargs["Body"])
+        with self.lock:
+            self.in_flight += 1
+            self.bytes += size
+            self.most_parts = max(self.most_parts, self.in_flight)
+            self.most_bytes = max(self.most_bytes, self.bytes)
+            self.changed.notify_all()
+        try:
+            if self.gate is not None:
+                self.gate(kwargs["PartNumber"])
+            if self.fail is not None and kwargs["PartNumber"] == self.fail[0]:
+                raise self.fail[1]
+            return {"ETag": f'"{kwargs["PartNumber"]:032x}"'}
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+                self.bytes -= size
+                self.log.append(("upload_part", kwargs["PartNumber"]))
+                self.changed.notify_all()
+
+
+class FakeFile:
+    """What `retry_parts_in_place` patches: the ``_call_s3`` of an s3fs file (known by its
+    ``_upload_chunk``)."""
+
+    def __init__(self, call_s3):
+        self._call_s3 = call_s3
+        self._upload_chunk = None
+
+
+def patched(store):
+    retrier = RetryFileSystem(fs=MemoryFileSystem(), policy=FAST,
+                              skip_instance_cache=True).retrier
+    return s3fs_parts.retry_parts_in_place(FakeFile(store), retrier, "b/k")._call_s3
+
+
+def send(call, number, size=10):
+    """What s3fs does with a part: send it, keep ``{"PartNumber", "ETag"}``."""
+    answer = call("upload_part", Bucket="b", Key="k", UploadId="u", PartNumber=number,
+                  Body=bytes(size))
+    return {"PartNumber": number, "ETag": answer["ETag"]}
+
+
+def complete(call, parts):
+    return call("complete_multipart_upload", Bucket="b", Key="k", UploadId="u",
+                MultipartUpload={"Parts": parts})
+
+
+def test_a_part_is_on_its_way_while_the_next_one_is_handed_over():
+    second = threading.Event()
+
+    def gate(number):
+        if number == 2:
+            second.set()
+        elif not second.wait(WAIT):
+            raise AssertionError("part 2 was not handed over while part 1 was in flight")
+
+    store = FakeStore(gate)
+    call = patched(store)
+    parts = [send(call, 1), send(call, 2)]
+    complete(call, parts)
+    assert [entry["ETag"] for entry in parts] == [f'"{n:032x}"' for n in (1, 2)]
+    assert [entry for entry, _ in store.log] == ["upload_part", "upload_part",
+                                                 "complete_multipart_upload"]
+    assert [n for kind, n in store.log[:2]] == [2, 1]  # part 1 ended after part 2 arrived
+
+
+def test_parts_and_bytes_in_flight_are_bounded(monkeypatch):
+    """Parts of 30 bytes under a bound of 100: three in flight, and the fourth handed over only
+    when the oldest has ended."""
+    monkeypatch.setattr(s3fs_parts, "PART_BYTES_IN_FLIGHT", 100)
+    released = {n: threading.Event() for n in range(1, 9)}
+    store = FakeStore(lambda number: released[number].wait(WAIT))
+
+    def started():
+        return sum(1 for entry, _ in store.log if entry == "upload_part") + store.in_flight
+
+    call = patched(store)
+    parts = []
+    sender = threading.Thread(target=lambda: parts.extend(send(call, n, 30) for n in range(1, 9)))
+    sender.start()
+    for oldest in range(1, 7):
+        with store.changed:  # the sender fills the window (parts oldest..oldest+2), then waits
+            assert store.changed.wait_for(
+                lambda n=oldest: started() == n + 2 and store.in_flight == 3, WAIT)
+        released[oldest].set()
+    for number in (7, 8):
+        released[number].set()
+    sender.join(WAIT)
+    complete(call, parts)
+    assert store.most_bytes <= 100 and store.most_parts == 3
+    assert all(isinstance(entry["ETag"], str) for entry in parts)
+
+
+def test_one_part_larger_than_the_bound_still_goes():
+    store = FakeStore()
+    call = patched(store)
+    monkey = s3fs_parts.PART_BYTES_IN_FLIGHT
+    parts = [send(call, 1, size=monkey + 1), send(call, 2, size=monkey + 1)]
+    complete(call, parts)
+    assert store.most_parts == 1  # each alone: the bound is bytes, and one part always goes
+
+
+def test_a_failed_part_is_raised_with_its_type_and_nothing_is_completed():
+    store = FakeStore(fail=(1, PermissionError(13, "Access Denied")))
+    call = patched(store)
+    parts = [send(call, 1)]
+    with pytest.raises(PermissionError, match="Access Denied"):
+        parts.append(send(call, 2))
+        complete(call, parts)
+    assert "complete_multipart_upload" not in [entry for entry, _ in store.log]
+    assert [entry for entry, _ in store.log].count("upload_part") in (1, 2)
+
+
+def test_a_failed_part_is_retried_in_place_in_the_background():
+    calls = []
+
+    def flaky(number):
+        calls.append(number)
+        if number == 1 and calls.count(1) < 3:
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    store = FakeStore(flaky)
+    call = patched(store)
+    parts = [send(call, 1), send(call, 2)]
+    complete(call, parts)
+    assert calls.count(1) == 3 and calls.count(2) == 1
+    assert parts[0]["ETag"] == f'"{1:032x}"'
+
+
+def test_an_abort_waits_for_the_parts_in_flight():
+    release = threading.Event()
+    store = FakeStore(lambda number: release.wait(WAIT))
+    call = patched(store)
+    send(call, 1)
+    threading.Timer(0.05, release.set).start()
+    call("abort_multipart_upload", Bucket="b", Key="k", UploadId="u")
+    assert [entry for entry, _ in store.log] == ["upload_part", "abort_multipart_upload"]
+
+
+def test_many_parts_of_a_real_upload_land_in_order_under_faults(s3_fault_endpoint,
+                                                                s3_fault_bucket):
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    fs = RetryFileSystem(fs=ep.s3fs(), policy=FAST, skip_instance_cache=True)
+    data = os.urandom(23 * 2**20)
+    failed = ep.add_fault(S3Fault.internal_error(op="UploadPart", nth=3, times=1))
+    with fs.open(f"{bucket}/many", "wb", block_size=5 * 2**20) as f:
+        for start in range(0, len(data), 2**20):
+            f.write(data[start:start + 2**20])
+    assert ep.get_object(bucket, "many") == data
+    assert ep.fired(failed) == 1
+    counts = ep.counts()
+    assert (counts["UploadPart"], counts["CompleteMultipartUpload"]) == (6, 1)  # 5 parts + 1
+    assert fs.stats.snapshot()["by_operation"]["upload_part"]["retries"] == 1
+
+
+def test_a_write_attempt_is_given_the_time_of_the_parts_before_it():
+    """A write may wait for the parts in flight before it: its attempt timeout counts them
+    (else a slow network would time the write out and replay a healthy stream)."""
+    def base(operation, in_flight):
+        return 60 + in_flight / 2**20
+
+    file = FakeFile(FakeStore())
+    assert s3fs_parts.with_parts_in_flight(base, file) is base  # not an s3fs file retryfs sent
+    patched_file = s3fs_parts.retry_parts_in_place(
+        file, RetryFileSystem(fs=MemoryFileSystem(), skip_instance_cache=True).retrier, "b/k")
+    timeout = s3fs_parts.with_parts_in_flight(base, patched_file)
+    assert timeout("write", 2**20) == 60 + 1 + s3fs_parts.PART_BYTES_IN_FLIGHT / 2**20
+    assert s3fs_parts.with_parts_in_flight(None, patched_file) is None  # untimed stays so
