@@ -688,6 +688,29 @@ def test_s3fs_reads_resume_after_real_faults(s3):
     assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 1
 
 
+def test_a_failed_s3fs_read_keeps_the_blocks_the_file_holds(s3):
+    """A read that failed is retried on the same fsspec file (each of its reads is a ranged GET
+    of its own): the blocks it had fetched are not fetched again, and no reopen asks for the
+    object's size again. DCP's loads read tensors out of order through such blocks."""
+    ep, bucket = s3
+    block = 2**20
+    data = os.urandom(4 * block)
+    ep.put_object(bucket, "r", data)
+    fs = wrap(ep.s3fs())
+    with fs.open(f"{bucket}/r", "rb", block_size=block, cache_type="blockcache") as f:
+        ep.reset_record()
+        first = f.read(block)  # block 0
+        f.seek(2 * block)
+        ep.add_fault(S3Fault.slow_down(op="GetObject", times=1))
+        third = f.read(block)  # block 2: one failed GET, then its retry
+        f.seek(0)
+        again = f.read(block)  # block 0 again: from the file's blocks
+    assert (first, third, again) == (data[:block], data[2 * block:3 * block], data[:block])
+    counts = ep.counts()
+    assert counts["GetObject"] == 3 and counts.get("HeadObject", 0) == 0, counts
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 1
+
+
 def test_s3fs_bulk_put_retries_only_the_failed_file(s3, tmp_path):
     ep, bucket = s3
     for i in range(6):
