@@ -169,6 +169,13 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
 
     file._call_s3 = retried
     file._retryfs_parts = parts
+    abort = getattr(file, "_abort_mpu", None)  # what discard() calls: not through _call_s3
+    if callable(abort):
+        def drained_abort() -> Any:
+            parts.drain()  # a part still on its way could land after the abort
+            return abort()
+
+        file._abort_mpu = drained_abort
     return file
 
 

@@ -56,11 +56,15 @@ class FakeStore:
 
 class FakeFile:
     """What `retry_parts_in_place` patches: the ``_call_s3`` of an s3fs file (known by its
-    ``_upload_chunk``)."""
+    ``_upload_chunk``), and its ``_abort_mpu`` (which ``discard`` calls, through the
+    filesystem's ``abort_mpu``, not ``_call_s3``)."""
 
-    def __init__(self, call_s3):
-        self._call_s3 = call_s3
+    def __init__(self, store):
+        self._call_s3 = self.store = store
         self._upload_chunk = None
+
+    def _abort_mpu(self):
+        self.store.log.append(("abort_mpu", None))
 
 
 def patched(store):
@@ -163,14 +167,22 @@ def test_a_failed_part_is_retried_in_place_in_the_background():
     assert parts[0]["ETag"] == f'"{1:032x}"'
 
 
-def test_an_abort_waits_for_the_parts_in_flight():
+@pytest.mark.parametrize("how", ["discard", "request"])
+def test_an_abort_waits_for_the_parts_in_flight(how):
+    """s3fs's ``discard`` aborts through ``_abort_mpu`` (the filesystem's ``abort_mpu``), and
+    an abort may also come as a request: either waits for the part on its way."""
     release = threading.Event()
     store = FakeStore(lambda number: release.wait(WAIT))
-    call = patched(store)
-    send(call, 1)
+    retrier = RetryFileSystem(fs=MemoryFileSystem(), skip_instance_cache=True).retrier
+    file = s3fs_parts.retry_parts_in_place(FakeFile(store), retrier, "b/k")
+    send(file._call_s3, 1)
     threading.Timer(0.05, release.set).start()
-    call("abort_multipart_upload", Bucket="b", Key="k", UploadId="u")
-    assert [entry for entry, _ in store.log] == ["upload_part", "abort_multipart_upload"]
+    if how == "discard":
+        file._abort_mpu()
+    else:
+        file._call_s3("abort_multipart_upload", Bucket="b", Key="k", UploadId="u")
+    assert [entry for entry, _ in store.log][0] == "upload_part"
+    assert len(store.log) == 2 and store.log[1][0] in ("abort_mpu", "abort_multipart_upload")
 
 
 def test_many_parts_of_a_real_upload_land_in_order_under_faults(s3_fault_endpoint,
