@@ -7,6 +7,9 @@ bytes and its part number, so sending it again is safe and re-sends only that pa
 whole ``_upload_chunk`` would not be: it numbers parts by how many succeeded and commits at the
 end, so a retry after a failed commit would upload the data again as new parts.
 
+A write larger than the file's block is handed to s3fs a block at a time, so that it goes as
+parts of a block (s3fs would send it as one part of its whole size).
+
 The commit is one request too, retried in place under the operation ``commit``: the one-shot
 ``put_object`` of a small file (the same bytes again), or the ``complete_multipart_upload`` of a
 large one (the same upload and parts again). A commit that was applied and whose answer was lost
@@ -169,6 +172,8 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
 
     file._call_s3 = retried
     file._retryfs_parts = parts
+    if callable(getattr(file, "write", None)):
+        file.write = _sliced(file.write, file)
     abort = getattr(file, "_abort_mpu", None)  # what discard() calls: not through _call_s3
     if callable(abort):
         def drained_abort() -> Any:
@@ -177,6 +182,26 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
 
         file._abort_mpu = drained_abort
     return file
+
+
+def _sliced(write: Any, file: Any) -> Any:
+    """``file.write`` handing a write larger than the file's block over a block at a time.
+
+    s3fs uploads what its buffer holds once it reaches a block, as one part however large: a
+    200 MiB write (``torch.save`` of a tensor, Lightning's whole checkpoint) would be one part
+    of 200 MiB, sent alone and sent again whole if it fails. Handed over a block at a time, it
+    is parts of a block, several in flight. (s3fs never sends a part under its block but the
+    last, so this keeps its limit of 10,000 parts as it was.)"""
+    def sliced(data: Any) -> int:
+        block = getattr(file, "blocksize", 0) or 0
+        view = memoryview(data).cast("B")
+        if block <= 0 or len(view) <= block:
+            return int(write(data))
+        for start in range(0, len(view), block):
+            write(view[start:start + block])
+        return len(view)
+
+    return sliced
 
 
 def with_parts_in_flight(attempt_timeout: Any, file: Any) -> Any:

@@ -214,3 +214,20 @@ def test_a_write_attempt_is_given_the_time_of_the_parts_before_it():
     timeout = s3fs_parts.with_parts_in_flight(base, patched_file)
     assert timeout("write", 2**20) == 60 + 1 + s3fs_parts.PART_BYTES_IN_FLIGHT / 2**20
     assert s3fs_parts.with_parts_in_flight(None, patched_file) is None  # untimed stays so
+
+
+def test_a_write_larger_than_a_block_goes_as_parts_of_a_block(s3_fault_endpoint,
+                                                             s3_fault_bucket):
+    """One 12 MiB write with 5 MiB blocks: parts of 5, 5 and 2 MiB (s3fs alone: one part of
+    12 MiB), and a failed part sends its 5 MiB again, not the 12."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    fs = RetryFileSystem(fs=ep.s3fs(), policy=FAST, skip_instance_cache=True)
+    data = os.urandom(12 * 2**20)
+    failed = ep.add_fault(S3Fault.internal_error(op="UploadPart", nth=2, times=1))
+    with fs.open(f"{bucket}/one-write", "wb", block_size=5 * 2**20) as f:
+        assert f.write(data) == len(data)
+    assert ep.get_object(bucket, "one-write") == data
+    assert ep.fired(failed) == 1
+    parts = ep.requests(op="UploadPart")
+    assert sorted(record.request_bytes for record in parts) == sorted(
+        [5 * 2**20, 5 * 2**20, 5 * 2**20, 2 * 2**20])  # part 2 twice
