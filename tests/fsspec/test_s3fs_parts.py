@@ -7,6 +7,9 @@ import threading
 
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from retryfs import RetryPolicy
 from retryfs.fsspec.filesystem import RetryFileSystem
@@ -231,3 +234,104 @@ def test_a_write_larger_than_a_block_goes_as_parts_of_a_block(s3_fault_endpoint,
     parts = ep.requests(op="UploadPart")
     assert sorted(record.request_bytes for record in parts) == sorted(
         [5 * 2**20, 5 * 2**20, 5 * 2**20, 2 * 2**20])  # part 2 twice
+
+
+class ScriptedStore(FakeStore):
+    """Parts fail as scripted: ``script[n] = (resets, denied)``: the first ``resets`` attempts of
+    part ``n`` are connection resets (transient), then a refusal if ``denied`` (permanent)."""
+
+    def __init__(self):
+        super().__init__(gate=self._scripted)
+        self.script, self.tries = {}, {}
+
+    def _scripted(self, number):
+        with self.lock:
+            self.tries[number] = self.tries.get(number, 0) + 1
+            tries = self.tries[number]
+        resets, denied = self.script[number]
+        if tries <= resets:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        if denied:
+            raise PermissionError(13, "Access Denied")
+
+
+class PartsMachine(RuleBasedStateMachine):
+    """Parts of random sizes and fates, then a commit or an abort: the bounds always hold; the
+    commit succeeds iff every part did (their ETags in order in s3fs's list), else it raises a
+    failed part's error with its type and nothing is completed; an error raised while parts
+    are handed over is a failed part's; no part is in flight after an abort."""
+
+    def __init__(self):
+        super().__init__()
+        self.store = ScriptedStore()
+        retrier = RetryFileSystem(fs=MemoryFileSystem(), policy=FAST,
+                                  skip_instance_cache=True).retrier
+        self.file = s3fs_parts.retry_parts_in_place(FakeFile(self.store), retrier, "b/k")
+        self.parts, self.fates, self.over = [], {}, False
+        self.window = s3fs_parts.PART_BYTES_IN_FLIGHT
+        s3fs_parts.PART_BYTES_IN_FLIGHT = 100  # parts of at most 60 bytes: 1 to 3 in flight
+
+    def teardown(self):
+        s3fs_parts.PART_BYTES_IN_FLIGHT = self.window
+
+    def failures(self):
+        return {type(error) for error in self.fates.values() if error is not None}
+
+    @rule(size=st.integers(1, 60), resets=st.sampled_from([0, 0, 0, 0, 1, 2, FAST.max_attempts]),
+          denied=st.integers(0, 9).map(lambda n: n == 0))
+    def hand_over_a_part(self, size, resets, denied):
+        if self.over:
+            return
+        number = len(self.parts) + 1
+        self.store.script[number] = (resets, denied)
+        self.fates[number] = (ConnectionResetError(104, "reset") if resets >= FAST.max_attempts
+                              else PermissionError(13, "denied") if denied else None)
+        try:
+            self.parts.append(send(self.file._call_s3, number, size))
+        except OSError as error:
+            assert type(error) in self.failures(), error  # an earlier (or this) part's
+            event("a failed part raised as the next one was handed over")
+            self.file._abort_mpu()  # s3fs's discard
+            self.over = True
+
+    @rule()
+    def commit(self):
+        if self.over or not self.parts:
+            return
+        self.over = True
+        try:
+            complete(self.file._call_s3, self.parts)
+        except OSError as error:
+            assert type(error) in self.failures(), error
+            assert "complete_multipart_upload" not in [kind for kind, _ in self.store.log]
+            event("the commit raised a failed part's error")
+            self.file._abort_mpu()  # what the stream does with a file whose commit failed
+            return
+        assert not self.failures()
+        event(f"committed {len(self.parts)} part(s)")
+        assert [part["ETag"] for part in self.parts] == [
+            f'"{n:032x}"' for n in range(1, len(self.parts) + 1)]
+
+    @rule()
+    def abort(self):
+        if self.over:
+            return
+        self.over = True
+        self.file._abort_mpu()
+
+    @invariant()
+    def nothing_is_left_on_its_way(self):
+        if not self.over:
+            return
+        assert self.store.in_flight == 0
+        ended = [kind for kind, _ in self.store.log]
+        assert ended[-1] in ("complete_multipart_upload", "abort_mpu"), ended
+
+    @invariant()
+    def bounded(self):
+        assert self.store.most_parts <= s3fs_parts.PARTS_IN_FLIGHT
+        assert self.store.most_bytes <= 100
+
+
+TestPartsInFlight = PartsMachine.TestCase
+TestPartsInFlight.settings = settings(max_examples=60, stateful_step_count=12, deadline=None)
