@@ -592,7 +592,7 @@ def test_s3fs_multipart_upload_failing_mid_stream_and_at_commit(s3):
     ep, bucket = s3
     fs = wrap(ep.s3fs())
     data = os.urandom(11 * 1024 * 1024)  # two 5 MiB parts and a remainder
-    part = ep.add_fault(S3Fault.internal_error(op="UploadPart", nth=2, times=1))
+    part = ep.add_fault(S3Fault.internal_error(op="UploadPart", query={"partNumber": 2}, times=1))
     commit = ep.add_fault(S3Fault.error_in_200(times=1))  # CompleteMultipartUpload: 200 <Error>
     with fs.open(f"{bucket}/big", "wb", block_size=5 * 1024 * 1024) as f:
         for start in range(0, len(data), 1024 * 1024):

@@ -193,7 +193,7 @@ def test_many_parts_of_a_real_upload_land_in_order_under_faults(s3_fault_endpoin
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
     fs = RetryFileSystem(fs=ep.s3fs(), policy=FAST, skip_instance_cache=True)
     data = os.urandom(23 * 2**20)
-    failed = ep.add_fault(S3Fault.internal_error(op="UploadPart", nth=3, times=1))
+    failed = ep.add_fault(S3Fault.internal_error(op="UploadPart", query={"partNumber": 3}, times=1))
     with fs.open(f"{bucket}/many", "wb", block_size=5 * 2**20) as f:
         for start in range(0, len(data), 2**20):
             f.write(data[start:start + 2**20])
@@ -226,7 +226,7 @@ def test_a_write_larger_than_a_block_goes_as_parts_of_a_block(s3_fault_endpoint,
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
     fs = RetryFileSystem(fs=ep.s3fs(), policy=FAST, skip_instance_cache=True)
     data = os.urandom(12 * 2**20)
-    failed = ep.add_fault(S3Fault.internal_error(op="UploadPart", nth=2, times=1))
+    failed = ep.add_fault(S3Fault.internal_error(op="UploadPart", query={"partNumber": 2}, times=1))
     with fs.open(f"{bucket}/one-write", "wb", block_size=5 * 2**20) as f:
         assert f.write(data) == len(data)
     assert ep.get_object(bucket, "one-write") == data
