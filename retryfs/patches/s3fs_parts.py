@@ -48,9 +48,11 @@ PART_REQUESTS = frozenset({"upload_part"})
 COMMIT_REQUESTS = frozenset({"put_object", "complete_multipart_upload"})
 
 #: The parts of one file uploading at once, at most, and the bytes they may hold: a part is
-#: sent while the next one fills (at least one part, whatever its size, is in flight).
+#: sent while the next one fills (at least one part, whatever its size, is in flight). The
+#: bytes are those a pyarrow upload may hold unsent (`retryfs.datapath.iopool.UNSENT_MAX`): two
+#: parts of s3fs's default 50 MiB block, four of 8 to 32 MiB.
 PARTS_IN_FLIGHT = 4
-PART_BYTES_IN_FLIGHT = 64 * 2**20
+PART_BYTES_IN_FLIGHT = 128 * 2**20
 
 _pool_lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
