@@ -12,10 +12,11 @@ parts of a block (s3fs would send it as one part of its whole size).
 
 The commit is one request too, retried in place under the operation ``commit``: the one-shot
 ``put_object`` of a small file (the same bytes again), or the ``complete_multipart_upload`` of a
-large one (the same upload and parts again). A commit that was applied and whose answer was lost
-leaves nothing to complete: S3 answers the next attempt ``NoSuchUpload``. The object there then
-decides (`settle_lost_complete`): its ETag is the one these parts make (`multipart_etag`), and
-the commit is done; or it is not, and the commit fails with a
+large one (the same upload and parts again). After a commit that was applied and whose answer
+was lost, S3 answers the next attempt as it did the first while it still knows the upload, and
+``NoSuchUpload`` once it does not. The object there then decides (`settle_lost_complete`): its
+ETag is the one these parts make (`multipart_etag`), and the commit is done; or it is not
+(another writer came between), and the commit fails with a
 `retryfs.errors.CommitNotVisibleError`, which replays the stream from its spool (the last
 resort, as before). A write in ``"xb"`` mode (``If-None-Match``) keeps s3fs's own commit: a
 retry after an applied commit would find its own object there and fail.

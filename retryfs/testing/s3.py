@@ -50,9 +50,10 @@ it; anything else asked of it (or a range moto treats as the whole object) reads
 object as moto does. Every answer is moto's own,
 byte for byte (``tests/arrow/test_s3_ranges.py``); ``read_ranges_only=False`` is moto as it comes.
 
-A CompleteMultipartUpload of an upload that is no longer there (completed, or aborted) is
-answered ``404 NoSuchUpload``, as S3 does (moto's own answer is a 500): what a commit retried
-after a lost answer meets.
+A CompleteMultipartUpload of an upload that is no longer there (aborted, or completed into an
+object that has since been replaced) is answered ``404 NoSuchUpload``, as S3 does (moto's own
+answer is a 500). One sent again while the object is still that upload's is answered as the
+first was (moto's own "idempotent" answer).
 """
 
 from __future__ import annotations
@@ -220,8 +221,9 @@ def _key_response(self: S3Response, *args: Any, **kwargs: Any) -> Any:
 
 def _complete_multipart_upload(self: S3Backend, bucket_name: str, multipart_id: str,
                                body: Any) -> Any:
-    """moto's ``complete_multipart_upload``, answering an upload that is not there (completed
-    or aborted) with S3's ``404 NoSuchUpload``: moto's own raises a ``KeyError`` (a 500)."""
+    """moto's ``complete_multipart_upload``, answering an upload that is not there (aborted, or
+    completed and replaced since) with S3's ``404 NoSuchUpload``: moto's own raises a
+    ``KeyError`` (a 500)."""
     if multipart_id not in self.get_bucket(bucket_name).multiparts:
         raise NoSuchUpload(upload_id=multipart_id)
     return _moto_complete(self, bucket_name, multipart_id, body)

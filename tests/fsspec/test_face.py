@@ -604,14 +604,21 @@ def test_s3fs_multipart_upload_failing_mid_stream_and_at_commit(s3):
     assert (counts["CreateMultipartUpload"], counts["AbortMultipartUpload"]) == (1, 0)
 
 
-def test_s3fs_complete_applied_then_lost_is_settled_by_the_object_there(s3):
-    """The first CompleteMultipartUpload is applied but answered 500; its retry finds the upload
-    gone (NoSuchUpload) and the object there is the one the parts make: done, no replay."""
+@pytest.mark.parametrize("retry_answer", ["the commit again", "NoSuchUpload"])
+def test_s3fs_complete_applied_then_lost(s3, retry_answer):
+    """The first CompleteMultipartUpload is applied but answered 500. Its retry is answered as
+    S3 does: the commit again while the object is the upload's (moto: "idempotent"), or 404
+    NoSuchUpload once S3 no longer knows the upload; then the object's ETag is the one the
+    parts make (one HEAD), and the commit is done. Either way: no replay."""
     ep, bucket = s3
     fs = wrap(ep.s3fs())
     data = os.urandom(11 * 1024 * 1024)
+    ep.reset_record()
     lost = ep.add_fault(S3Fault.internal_error(op="CompleteMultipartUpload", times=1,
                                                applied=True))
+    if retry_answer == "NoSuchUpload":
+        gone = ep.add_fault(S3Fault.error(404, "NoSuchUpload", "The specified upload does not "
+                                          "exist.", op="CompleteMultipartUpload", times=1))
     with fs.open(f"{bucket}/big", "wb", block_size=5 * 1024 * 1024) as f:
         f.write(data)
     assert ep.get_object(bucket, "big") == data
@@ -619,7 +626,11 @@ def test_s3fs_complete_applied_then_lost_is_settled_by_the_object_there(s3):
     counts = ep.counts()
     assert (counts["CompleteMultipartUpload"], counts["UploadPart"]) == (2, 3)  # 5 + 5 + 1 MiB
     assert (counts["CreateMultipartUpload"], counts["AbortMultipartUpload"]) == (1, 0)
-    assert fs.stats.snapshot()["by_operation"]["close"]["retries"] == 0  # no replay
+    by_op = fs.stats.snapshot()["by_operation"]
+    assert by_op["close"]["retries"] == 0 and by_op["commit"]["retries"] == 1  # no replay
+    if retry_answer == "NoSuchUpload":
+        assert ep.fired(gone) == 1
+        assert by_op["verify"]["calls"] >= 1  # the HEAD that settled it
 
 
 def test_s3fs_complete_whose_upload_vanished_under_another_object_is_replayed(s3):

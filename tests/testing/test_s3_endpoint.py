@@ -521,3 +521,30 @@ def test_fixture_gives_a_clean_endpoint(s3_fault_endpoint: S3FaultEndpoint,
     assert s3_fault_endpoint.requests() == []
     assert s3_fault_endpoint.keys(s3_fault_bucket) == []
     s3_fault_endpoint.add_fault(S3Fault.reset())  # left behind on purpose: reset at teardown
+
+
+def test_a_commit_of_an_upload_no_longer_there_is_no_such_upload(ep: S3FaultEndpoint,
+                                                                  s3_fault_bucket: str) -> None:
+    """As S3: a CompleteMultipartUpload sent again while the object is that upload's is answered
+    as the first was (moto: "idempotent"); once the object is another's, the upload is gone:
+    404 NoSuchUpload (moto alone answers a 500 from a KeyError)."""
+    import botocore.exceptions
+
+    client = ep.boto3_client()
+    upload = client.create_multipart_upload(Bucket=s3_fault_bucket, Key="mpu")["UploadId"]
+    etag = client.upload_part(Bucket=s3_fault_bucket, Key="mpu", UploadId=upload, PartNumber=1,
+                              Body=b"x" * 100)["ETag"]
+    parts = {"Parts": [{"PartNumber": 1, "ETag": etag}]}
+
+    def complete() -> Any:
+        return client.complete_multipart_upload(Bucket=s3_fault_bucket, Key="mpu",
+                                                UploadId=upload, MultipartUpload=parts)
+
+    first = complete()
+    assert complete()["ETag"] == first["ETag"]  # again: the same answer
+    ep.put_object(s3_fault_bucket, "mpu", b"another writer")
+    with pytest.raises(botocore.exceptions.ClientError) as raised:
+        complete()
+    assert raised.value.response["Error"]["Code"] == "NoSuchUpload"
+    assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    assert ep.get_object(s3_fault_bucket, "mpu") == b"another writer"
