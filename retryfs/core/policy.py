@@ -39,6 +39,7 @@ OPERATION_GROUPS: dict[str, str] = {
     "copy_files": "write",  # one file of a pyarrow.fs.copy_files onto a retryfs destination
     "upload_part": "write",  # one part of an fsspec (s3fs) upload, retried in place
     "commit": "write",  # the commit request of an fsspec (s3fs) upload, retried in place
+    "start_upload": "write",  # the CreateMultipartUpload of an fsspec (s3fs) upload, in place
     "verify": "metadata",  # the read-after-write check after a commit
     "delete_dir": "delete",
     "delete_dir_contents": "delete",

@@ -7,6 +7,10 @@ bytes and its part number, so sending it again is safe and re-sends only that pa
 whole ``_upload_chunk`` would not be: it numbers parts by how many succeeded and commits at the
 end, so a retry after a failed commit would upload the data again as new parts.
 
+The ``create_multipart_upload`` that starts the upload is retried in place too (operation
+``start_upload``): one applied whose answer was lost leaves an upload that is never completed,
+as a replay would (an S3 lifecycle rule reaps those).
+
 A write larger than the file's block is handed to s3fs a block at a time, so that it goes as
 parts of a block (s3fs would send it as one part of its whole size).
 
@@ -163,6 +167,8 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
     def retried(method: str, *args: Any, **kwargs: Any) -> Any:
         if method in PART_REQUESTS and not args:
             return parts.send(kwargs)
+        if method == "create_multipart_upload":  # a lost one leaves an upload never completed
+            return retrier.call("start_upload", path, call_s3, method, *args, **kwargs)
         if method == "complete_multipart_upload":
             parts.settle(kwargs.get("MultipartUpload", {}).get("Parts", []))
         elif method == "abort_multipart_upload":

@@ -335,3 +335,39 @@ class PartsMachine(RuleBasedStateMachine):
 
 TestPartsInFlight = PartsMachine.TestCase
 TestPartsInFlight.settings = settings(max_examples=60, stateful_step_count=12, deadline=None)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])  # each fires faults (7 of seeds 1-40 fire none)
+def test_s3fs_uploads_under_a_ten_percent_fault_rate_cost_their_faults_and_no_more(
+        seed, s3_fault_endpoint, s3_fault_bucket):
+    """5 % of every request of the uploads answered 500 and 5 % 503 SlowDown (seeded): every
+    file intact, each failed request sent again and nothing else (no stream replayed: every
+    request of an s3fs upload is retried in place), the parts stored exactly once."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    policy = RetryPolicy(max_attempts=10, initial_delay=0.0, max_delay=0.0, jitter=False)
+    fs = RetryFileSystem(fs=ep.s3fs(), policy=policy, skip_instance_cache=True)
+    block = 5 * 2**20
+    files = {f"f{n}": os.urandom(size) for n, size in
+             enumerate([23 * 2**20, 11 * 2**20, 5 * 2**20, 3000, 1])}
+    requests = ("CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload", "PutObject")
+    ep.add_fault(S3Fault.internal_error(op=requests, probability=0.05, seed=seed))
+    ep.add_fault(S3Fault.slow_down(op=requests, probability=0.05, seed=seed + 1000))
+    for name, data in files.items():
+        with fs.open(f"{bucket}/t/{name}", "wb", block_size=block) as f:
+            for start in range(0, len(data), 2**20):
+                f.write(data[start:start + 2**20])
+    ep.clear_faults()
+    assert all(ep.get_object(bucket, f"t/{name}") == data for name, data in files.items())
+    parts = [min(block, len(data) - start) for data in files.values() if len(data) >= block
+             for start in range(0, len(data), block)]
+    stored = [r.request_bytes for r in ep.requests(op="UploadPart") if r.fault is None]
+    assert sorted(stored) == sorted(parts)
+    faulted = ep.injected
+    assert len(faulted) >= 1
+    counts = ep.counts()
+    clean = {"UploadPart": len(parts), "CreateMultipartUpload": 3,  # 23, 11 and 5 MiB
+             "CompleteMultipartUpload": 3, "PutObject": 2}  # 3000 bytes and 1
+    for op, needed in clean.items():
+        assert counts[op] == needed + sum(1 for r in faulted if r.op == op), (op, counts)
+    snapshot = fs.stats.snapshot()
+    assert snapshot["bytes_replayed"] == 0 and snapshot["by_operation"]["close"]["retries"] == 0
