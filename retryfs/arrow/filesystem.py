@@ -494,7 +494,9 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             # wraps it in: only the raw file has discard() (s3fs aborts the multipart upload).
             # Dropping a broken stream by closing a PythonFile would commit what it holds
             # (a partial object) and send a failed part once more.
-            return retry_parts_in_place(self.original.open(path, mode="wb"), self.retrier, path)
+            return retry_parts_in_place(
+                self.original.open(path, mode="wb"), self.retrier, path,
+                self.write_attempt_timeout if self._timed_writes else None)
         stream = self.writer.open_output_stream(path, metadata=metadata)
         # Its close waits for part uploads on Arrow's IO pool, which copy_files may have filled
         # with closes like this one (apache/arrow#15233): lend the pool a thread meanwhile.

@@ -41,8 +41,8 @@ from .ratelimit import RateLimiter
 from .stats import RetryEvent, RetryStats
 from .timeouts import AttemptTimeoutError, wait_for_attempt
 
-__all__ = ["AttemptTimeoutError", "Lane", "Retrier", "holding", "no_sleep", "operation_end",
-           "retry_after_of", "sleeping_disabled"]
+__all__ = ["AttemptTimeoutError", "Lane", "Retrier", "gave_up_inside", "holding", "no_sleep",
+           "operation_end", "retry_after_of", "sleeping_disabled"]
 
 T = TypeVar("T")
 
@@ -81,6 +81,20 @@ def no_sleep() -> Iterator[None]:
 #: run with a copied context (timed attempts do) and coroutines.
 _operation_end: contextvars.ContextVar[tuple[Callable[[], float], float] | None] = \
     contextvars.ContextVar("retryfs_operation_end", default=None)
+
+
+_GAVE_UP_INSIDE = "__retryfs_gave_up_inside__"
+
+
+def gave_up_inside(error: BaseException) -> BaseException:
+    """Mark ``error`` as one a request retried in place has given up on: an enclosing retried
+    operation gives up on it too, rather than try that request's attempts over again (one
+    retry layer: ``max_attempts`` bounds each request). Returns ``error``."""
+    try:
+        setattr(error, _GAVE_UP_INSIDE, True)
+    except AttributeError:  # an exception type without a __dict__: retried as before
+        pass
+    return error
 
 
 def operation_end(clock: Callable[[], float]) -> float | None:
@@ -328,7 +342,9 @@ class Retrier:
             delay = max(delay, min(retry_after, policy.max_delay))
         timed_out = _is_timeout(error)
         reason = ""
-        if attempt >= policy.max_attempts:
+        if getattr(error, _GAVE_UP_INSIDE, False):
+            reason = "a request retried in place inside this attempt gave up"
+        elif attempt >= policy.max_attempts:
             reason = "no attempts left"
         elif end is not None and self.clock() + delay > end:
             reason = "deadline reached"

@@ -458,16 +458,16 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
             return RetryReadFile(self, path, mode, first, reopen_read, self.retrier)
         if mode in ("wb", "xb"):
             writer: RetryWriteFile | None = None
+            timed = None if writes_locally(inner_fs) else self._write_attempt_timeout
 
             def reopen_write() -> InnerFile:
                 file = self._call("open_output_stream", path, opener)
-                inner = InnerFile(retry_parts_in_place(file, self.retrier, path))
+                inner = InnerFile(retry_parts_in_place(file, self.retrier, path, timed))
                 if writer is not None:
                     writer._last_inner = inner
                 return inner
 
             first = reopen_write()
-            timed = None if writes_locally(inner_fs) else self._write_attempt_timeout
             writer = RetryWriteFile(
                 self, path, mode, first, reopen_write, self.retrier,
                 verify=self._landed if (self.verify_writes and autocommit) else None,

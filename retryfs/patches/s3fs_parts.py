@@ -37,8 +37,9 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from retryfs.core.engine import Retrier
+from retryfs.core.engine import Retrier, gave_up_inside
 from retryfs.core.proof import multipart_etag
+from retryfs.core.timeouts import timed
 from retryfs.errors import CommitNotVisibleError
 
 from . import registry
@@ -96,10 +97,12 @@ class PartsInFlight:
     ETags in s3fs's list; an abort waits for the parts in flight first.
     """
 
-    def __init__(self, call_s3: Any, retrier: Retrier, path: str) -> None:
+    def __init__(self, call_s3: Any, retrier: Retrier, path: str,
+                 attempt_timeout: Any = None) -> None:
         self._call_s3 = call_s3
         self._retrier = retrier
         self._path = path
+        self._attempt_timeout = attempt_timeout  # (operation, bytes) -> seconds, or None
         self._in_flight: list[tuple[Future[Any], int]] = []
 
     def send(self, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -110,9 +113,15 @@ class PartsInFlight:
                                    sum(n for _, n in self._in_flight) + size
                                    > PART_BYTES_IN_FLIGHT):
             self._reap(block=True)
+        request = self._call_s3
+        seconds = (None if self._attempt_timeout is None
+                   else self._attempt_timeout("upload_part", size))
+        if seconds is not None:  # a stalled part is abandoned and sent again, in place
+            request = timed(self._call_s3, seconds, "upload_part", self._path)
+
         def upload() -> Any:
-            return self._retrier.call("upload_part", self._path, self._call_s3, "upload_part",
-                                      **kwargs)
+            return _in_place(self._retrier, "upload_part", self._path, request, "upload_part",
+                             **kwargs)
 
         context = contextvars.copy_context()  # the operation's deadline goes with it
         try:
@@ -152,8 +161,13 @@ class PartsInFlight:
         self._in_flight = still
 
 
-def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
-    """``file`` with its part uploads retried under ``retrier`` (operation ``upload_part``)."""
+def retry_parts_in_place(file: Any, retrier: Retrier, path: str,
+                         attempt_timeout: Any = None) -> Any:
+    """``file`` with its requests retried under ``retrier``, its parts sent in the background.
+
+    ``attempt_timeout`` (``(operation, bytes) -> seconds``, or ``None``: untimed) bounds each
+    attempt of a part: one that stalls is abandoned and the part sent again (the abandoned
+    request, if it lands, stores the same bytes under the same part number)."""
     call_s3 = getattr(file, "_call_s3", None)
     if not callable(call_s3) or not hasattr(file, "_upload_chunk"):
         return file
@@ -162,13 +176,13 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
     registry.note_applied("s3fs_parts", "the _call_s3 of s3fs files retryfs opens for writing: "
                          "upload_part, put_object and complete_multipart_upload retried in place")
 
-    parts = PartsInFlight(call_s3, retrier, path)
+    parts = PartsInFlight(call_s3, retrier, path, attempt_timeout)
 
     def retried(method: str, *args: Any, **kwargs: Any) -> Any:
         if method in PART_REQUESTS and not args:
             return parts.send(kwargs)
         if method == "create_multipart_upload":  # a lost one leaves an upload never completed
-            return retrier.call("start_upload", path, call_s3, method, *args, **kwargs)
+            return _in_place(retrier, "start_upload", path, call_s3, method, *args, **kwargs)
         if method == "complete_multipart_upload":
             parts.settle(kwargs.get("MultipartUpload", {}).get("Parts", []))
         elif method == "abort_multipart_upload":
@@ -176,7 +190,7 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str) -> Any:
         if method not in COMMIT_REQUESTS or "IfNoneMatch" in kwargs:
             return call_s3(method, *args, **kwargs)
         if method == "put_object":
-            return retrier.call("commit", path, call_s3, method, *args, **kwargs)
+            return _in_place(retrier, "commit", path, call_s3, method, *args, **kwargs)
         return _complete(call_s3, retrier, path, kwargs)
 
     file._call_s3 = retried
@@ -215,15 +229,29 @@ def _sliced(write: Any, file: Any) -> Any:
 
 def with_parts_in_flight(attempt_timeout: Any, file: Any) -> Any:
     """A write stream's per-attempt timeout (``(operation, bytes) -> seconds``) for ``file``:
-    a write of a file that sends its parts in the background may wait for the parts before it
-    (up to `PART_BYTES_IN_FLIGHT`), so its attempt is given their time too."""
+    a write or flush of a file that sends its parts in the background may wait for the parts
+    before it (up to `PART_BYTES_IN_FLIGHT`), so its attempt is given their time too. (A close
+    is given its whole size's time already; a stalled part has its own timer.)"""
     if attempt_timeout is None or getattr(file, "_retryfs_parts", None) is None:
         return attempt_timeout
 
     def timeout(operation: str, in_flight: int) -> Any:
-        return attempt_timeout(operation, in_flight + PART_BYTES_IN_FLIGHT)
+        waits = PART_BYTES_IN_FLIGHT if operation in ("write", "flush") else 0
+        return attempt_timeout(operation, in_flight + waits)
 
     return timeout
+
+
+def _in_place(retrier: Retrier, operation: str, path: str, fn: Any, *args: Any,
+              **kwargs: Any) -> Any:
+    """``retrier.call(operation, path, fn, ...)``; the error it gives up on is final for the
+    stream (`retryfs.core.engine.gave_up_inside`): the write fails, no replay tries the
+    request's attempts over again."""
+    try:
+        return retrier.call(operation, path, fn, *args, **kwargs)
+    except Exception as error:
+        gave_up_inside(error)
+        raise
 
 
 def _complete(call_s3: Any, retrier: Retrier, path: str, kwargs: dict[str, Any]) -> Any:
@@ -237,8 +265,8 @@ def _complete(call_s3: Any, retrier: Retrier, path: str, kwargs: dict[str, Any])
         settled.append(settle_lost_complete(call_s3, retrier, path, kwargs))
         return True  # the call ends here; what was found decides below
 
-    result = retrier.call("commit", path, call_s3, "complete_multipart_upload",
-                          reconcile=reconcile, **kwargs)
+    result = _in_place(retrier, "commit", path, call_s3, "complete_multipart_upload",
+                       reconcile=reconcile, **kwargs)
     if not settled:
         return result
     if settled[0] is None:

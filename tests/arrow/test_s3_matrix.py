@@ -471,13 +471,20 @@ def test_s3fs_broken_upload_is_aborted_never_committed(
     fs = RetryingFileSystem(matrix_clients.get("s3fs", timeout=False), POLICY, budget=False)
     data = BIG["s3fs"]
 
-    # part 1 fails as often as its in-place retry tries it: the upload breaks and is replayed
+    # part 1 fails as often as the policy tries it, in place: the write fails with its error
+    # (one retry layer: max_attempts bounds each request; no replay tries them over again),
+    # the upload is aborted and nothing committed
     ep.add_fault(S3Fault.internal_error(op="UploadPart", query={"partNumber": 1},
                                         times=POLICY.max_attempts))
-    write(fs, f"{bucket}/ok", data)
+    with pytest.raises(OSError, match="internal error"):
+        write(fs, f"{bucket}/broken", data)
+    counts = ep.counts()  # part 1's tries, and part 2 unless part 1's end came first
+    assert POLICY.max_attempts <= counts["UploadPart"] <= POLICY.max_attempts + 1
+    assert (counts["AbortMultipartUpload"], counts["CompleteMultipartUpload"]) == (1, 0)
+    assert "broken" not in ep.keys(bucket)
+    ep.clear_faults()
+    write(fs, f"{bucket}/ok", data)  # the same write with the store healthy
     assert ep.get_object(bucket, "ok") == data
-    counts = ep.counts()
-    assert (counts["AbortMultipartUpload"], counts["CompleteMultipartUpload"]) == (1, 1)
 
     ep.reset_record()
     ep.add_fault(S3Fault.access_denied(op="UploadPart", query={"partNumber": 1}))

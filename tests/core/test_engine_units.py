@@ -580,3 +580,48 @@ def test_the_deadline_is_the_operations_own_policys():
 
     assert r.call("op", "p", fn) == "ok"
     assert seen == [None, 104.0]
+
+
+def test_an_error_a_request_retried_in_place_gave_up_on_ends_the_enclosing_call():
+    """One retry layer: the enclosing call (a stream's write) gives up at once on an error
+    that a request inside its attempt, retried in place, already gave up on; an unmarked one
+    of the same kind is retried as ever. Both face the same policy; the sync and async
+    drivers share the decision."""
+    retrier, _ = make()
+    inner_attempts = []
+
+    def part() -> None:
+        inner_attempts.append(1)
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    def write() -> None:
+        try:
+            retrier.call("upload_part", "b/k", part)
+        except Exception as error:
+            engine_module.gave_up_inside(error)
+            raise
+
+    with pytest.raises(ConnectionResetError) as raised:
+        retrier.call("write", "b/k", write)
+    assert len(inner_attempts) == POLICY.max_attempts  # not max_attempts squared
+    by_op = retrier.stats.snapshot()["by_operation"]
+    assert (by_op["write"]["attempts"], by_op["write"]["giveups"]) == (1, 1)
+    assert any("gave up" in note for note in raised.value.__notes__)
+
+    unmarked = []
+
+    def flaky() -> None:
+        unmarked.append(1)
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    with pytest.raises(ConnectionResetError):
+        retrier.call("write", "b/k", flaky)
+    assert len(unmarked) == POLICY.max_attempts
+
+    async def marked() -> None:
+        raise engine_module.gave_up_inside(ConnectionResetError(104, "reset"))
+
+    async_retrier, _ = make()
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(async_retrier.acall("write", "b/k", marked))
+    assert async_retrier.stats.snapshot()["by_operation"]["write"]["attempts"] == 1

@@ -216,6 +216,7 @@ def test_a_write_attempt_is_given_the_time_of_the_parts_before_it():
         file, RetryFileSystem(fs=MemoryFileSystem(), skip_instance_cache=True).retrier, "b/k")
     timeout = s3fs_parts.with_parts_in_flight(base, patched_file)
     assert timeout("write", 2**20) == 60 + 1 + s3fs_parts.PART_BYTES_IN_FLIGHT / 2**20
+    assert timeout("close", 2**20) == 60 + 1  # a close is given its whole size's time already
     assert s3fs_parts.with_parts_in_flight(None, patched_file) is None  # untimed stays so
 
 
@@ -371,3 +372,30 @@ def test_s3fs_uploads_under_a_ten_percent_fault_rate_cost_their_faults_and_no_mo
         assert counts[op] == needed + sum(1 for r in faulted if r.op == op), (op, counts)
     snapshot = fs.stats.snapshot()
     assert snapshot["bytes_replayed"] == 0 and snapshot["by_operation"]["close"]["retries"] == 0
+
+
+def test_a_stalled_part_is_abandoned_and_sent_again_in_place(s3_fault_endpoint, s3_fault_bucket):
+    """A part whose request stalls is abandoned after its own attempt's time (the write
+    timeout plus its bytes at the minimum throughput) and sent again, in place: the stream is
+    not replayed, and the write does not wait the stall out."""
+    import time
+
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    fs = RetryFileSystem(fs=ep.s3fs(), policy=FAST, skip_instance_cache=True,
+                         write_timeout=1.0, min_throughput=16 * 2**20)
+    data = os.urandom(11 * 2**20)
+    stall = ep.add_fault(S3Fault.stall(30.0, op="UploadPart", query={"partNumber": 1}, times=1))
+    started = time.monotonic()
+    try:
+        with fs.open(f"{bucket}/stalled", "wb", block_size=5 * 2**20) as f:
+            for start in range(0, len(data), 2**20):
+                f.write(data[start:start + 2**20])
+    finally:
+        ep.release_stalls()
+    elapsed = time.monotonic() - started
+    assert ep.get_object(bucket, "stalled") == data
+    assert ep.fired(stall) == 1
+    snapshot = fs.stats.snapshot()
+    assert snapshot["by_operation"]["upload_part"]["timeouts"] == 1
+    assert snapshot["bytes_replayed"] == 0 and snapshot["by_operation"]["close"]["retries"] == 0
+    assert elapsed < 30.0
