@@ -470,14 +470,14 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             return stream
 
         first = reopen() if empty is None else empty.first_open(reopen)
-        timed = self.write_attempt_timeout if self._timed_writes else None
+        per_attempt = self.write_attempt_timeout if self._timed_writes else None
         stream = ReplayableOutputStream(
             path, first, reopen, self.retrier,
             verify=self._landed if self.verify_writes else None,
             state_of=self._state_before,
             on_commit=self.failed_commits.record,
             spool_memory=self.spool_memory,
-            attempt_timeout=with_parts_in_flight(timed, first),
+            attempt_timeout=with_parts_in_flight(per_attempt, first),
             on_give_up=None if empty is None else empty.remove,
         )
         return pa.PythonFile(stream, mode="w")

@@ -458,11 +458,11 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
             return RetryReadFile(self, path, mode, first, reopen_read, self.retrier)
         if mode in ("wb", "xb"):
             writer: RetryWriteFile | None = None
-            timed = None if writes_locally(inner_fs) else self._write_attempt_timeout
+            per_attempt = None if writes_locally(inner_fs) else self._write_attempt_timeout
 
             def reopen_write() -> InnerFile:
                 file = self._call("open_output_stream", path, opener)
-                inner = InnerFile(retry_parts_in_place(file, self.retrier, path, timed))
+                inner = InnerFile(retry_parts_in_place(file, self.retrier, path, per_attempt))
                 if writer is not None:
                     writer._last_inner = inner
                 return inner
@@ -472,7 +472,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                 self, path, mode, first, reopen_write, self.retrier,
                 verify=self._landed if (self.verify_writes and autocommit) else None,
                 spool_memory=self.spool_memory, autocommit=autocommit,
-                attempt_timeout=with_parts_in_flight(timed, first.file),
+                attempt_timeout=with_parts_in_flight(per_attempt, first.file),
                 state_of=self._state)
             return writer
         operation = "open_append_stream" if "a" in mode else "open"

@@ -25,6 +25,11 @@ ETag is the one these parts make (`multipart_etag`), and the commit is done; or 
 resort, as before). A write in ``"xb"`` mode (``If-None-Match``) keeps s3fs's own commit: a
 retry after an applied commit would find its own object there and fail.
 
+One retry layer: a request retried in place that gives up fails the write
+(`retryfs.core.engine.gave_up_inside`); the stream is not replayed to try it ``max_attempts``
+times more. Parts go out in the background (`PartsInFlight`), each attempt of a part timed on
+its own when writes are timed.
+
 Files without such requests (gcsfs, adlfs, which retry their own requests) are left as they
 are: a failure there is recovered by the replay spool, the last resort.
 """
@@ -92,9 +97,10 @@ class PartsInFlight:
     returns: one part at a time, the caller idle meanwhile. Here a part is handed to a thread
     and s3fs goes on with a pending ETag; at most `PARTS_IN_FLIGHT` parts and
     `PART_BYTES_IN_FLIGHT` bytes are in flight (a write waits for the oldest beyond that).
-    A part that finally failed raises its error at the next part or at the commit (the
-    stream is then replayed, as before); the commit waits for every part and puts their
-    ETags in s3fs's list; an abort waits for the parts in flight first.
+    A part that finally failed raises its error at the next part or at the commit, and the
+    write fails with it (`_in_place`: the part was tried as often as the policy allows); the
+    commit waits for every part and puts their ETags in s3fs's list; an abort waits for the
+    parts in flight first.
     """
 
     def __init__(self, call_s3: Any, retrier: Retrier, path: str,
@@ -173,13 +179,17 @@ def retry_parts_in_place(file: Any, retrier: Retrier, path: str,
         return file
     if not registry.applies("s3fs_parts"):  # off, or an s3fs it was not written for
         return file
-    registry.note_applied("s3fs_parts", "the _call_s3 of s3fs files retryfs opens for writing: "
-                         "upload_part, put_object and complete_multipart_upload retried in place")
+    registry.note_applied("s3fs_parts", "the _call_s3 and _abort_mpu of s3fs files retryfs "
+                         "opens for writing: parts sent in the background; parts, "
+                         "create_multipart_upload, put_object and complete_multipart_upload "
+                         "retried in place")
 
     parts = PartsInFlight(call_s3, retrier, path, attempt_timeout)
 
     def retried(method: str, *args: Any, **kwargs: Any) -> Any:
-        if method in PART_REQUESTS and not args:
+        if method in PART_REQUESTS:
+            if args:  # not how s3fs sends a part: in place, on this thread
+                return _in_place(retrier, "upload_part", path, call_s3, method, *args, **kwargs)
             return parts.send(kwargs)
         if method == "create_multipart_upload":  # a lost one leaves an upload never completed
             return _in_place(retrier, "start_upload", path, call_s3, method, *args, **kwargs)
