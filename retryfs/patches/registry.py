@@ -3,7 +3,7 @@
 | patch | what it changes | scope, and why | written against |
 | --- | --- | --- | --- |
 | ``copy_files`` | wraps ``pyarrow.fs._copy_files`` and ``_copy_files_selector`` (what ``pyarrow.fs.copy_files`` delegates to): a copy onto or from a retryfs wrapper goes through retryfs's data path, and a commit that finally failed is raised instead of ignored (`retryfs.patches.copy_files`, reading the record of `retryfs.datapath.commits`) | process-wide, because ``copy_files`` is a module function that callers (Ray Train) hold; installed when the first retryfs wrapper (either face) is made in the process, never by ``import retryfs`` | pyarrow 14 to 26 |
-| ``s3fs_parts`` | the ``_call_s3`` and ``_abort_mpu`` of each s3fs file that retryfs itself opens for writing: its ``upload_part`` requests sent in the background and, with ``put_object`` and ``complete_multipart_upload``, retried in place; its abort waits for the parts in flight (`retryfs.patches.s3fs_parts`) | that file only | s3fs 2023.6 to 2026.9 |
+| ``s3fs_parts`` | the ``_call_s3`` and ``_abort_mpu`` of each s3fs file that retryfs itself opens for writing: its ``upload_part`` requests sent in the background and, with ``create_multipart_upload``, ``put_object`` and ``complete_multipart_upload``, retried in place; its abort waits for the parts in flight (`retryfs.patches.s3fs_parts`) | that file only | s3fs 2023.6 to 2026.9 |
 
 Each patch checks the installed version before it applies: outside the versions it was written
 against it is skipped with a WARNING naming the patch, the version and what is lost (a patch
