@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import pyarrow as pa
@@ -470,14 +470,13 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             return stream
 
         first = reopen() if empty is None else empty.first_open(reopen)
-        per_attempt = self.write_attempt_timeout if self._timed_writes else None
         stream = ReplayableOutputStream(
             path, first, reopen, self.retrier,
             verify=self._landed if self.verify_writes else None,
             state_of=self._state_before,
             on_commit=self.failed_commits.record,
             spool_memory=self.spool_memory,
-            attempt_timeout=with_parts_in_flight(per_attempt, first),
+            attempt_timeout=with_parts_in_flight(self._per_attempt, first),
             on_give_up=None if empty is None else empty.remove,
         )
         return pa.PythonFile(stream, mode="w")
@@ -494,9 +493,8 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             # wraps it in: only the raw file has discard() (s3fs aborts the multipart upload).
             # Dropping a broken stream by closing a PythonFile would commit what it holds
             # (a partial object) and send a failed part once more.
-            return retry_parts_in_place(
-                self.original.open(path, mode="wb"), self.retrier, path,
-                self.write_attempt_timeout if self._timed_writes else None)
+            return retry_parts_in_place(self.original.open(path, mode="wb"), self.retrier, path,
+                                        self._per_attempt)
         stream = self.writer.open_output_stream(path, metadata=metadata)
         # Its close waits for part uploads on Arrow's IO pool, which copy_files may have filled
         # with closes like this one (apache/arrow#15233): lend the pool a thread meanwhile.
@@ -546,6 +544,11 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         (pyarrow's Azure client; None for the others, whose uploads show nothing before
         their commit)."""
         return EmptyAtOpen(self.writer, path, self.retrier) if self._empty_at_open else None
+
+    @property
+    def _per_attempt(self) -> Callable[[str, int], float | None] | None:
+        """`write_attempt_timeout` where this filesystem's writes are timed, else ``None``."""
+        return self.write_attempt_timeout if self._timed_writes else None
 
     def write_attempt_timeout(self, operation: str, in_flight: int) -> float | None:
         """The timeout of one write/flush/close (or whole-file copy) attempt: ``write_timeout``

@@ -37,8 +37,8 @@ import pyarrow.fs as pafs
 from .locations import subtree_base
 
 __all__ = ["HASHED", "UNKNOWN", "Entry", "ObjectState", "Proofs", "WriteDigest", "arrow_entry",
-           "arrow_state", "fsspec_entry", "fsspec_state", "is_new", "moved_here", "multipart_etag",
-           "read_md5", "state_before", "verdict"]
+           "arrow_state", "etag_hex", "fsspec_entry", "fsspec_state", "is_new", "moved_here",
+           "multipart_etag", "read_md5", "state_before", "verdict"]
 
 #: The bytes of a write hashed (MD5) to prove its content; beyond, the proof is the change of
 #: the destination since before the write.
@@ -113,7 +113,7 @@ class WriteDigest:
 def multipart_etag(part_etags: list[Any]) -> str | None:
     """The S3 ETag of a multipart upload of parts with these ETags (in part order): the MD5 of
     their MD5s, ``-`` and the count; ``None`` when a part's ETag is no MD5 (SSE-KMS, SSE-C)."""
-    found = [_etag(etag) for etag in part_etags]
+    found = [etag_hex(etag) for etag in part_etags]
     if not found or not all(_MD5.fullmatch(etag or "") for etag in found):
         return None
     whole = b"".join(bytes.fromhex(etag) for etag in found if etag is not None)
@@ -179,7 +179,9 @@ def state_before(call: Callable[..., Any], path: str, state: Callable[[str], Any
         return UNKNOWN
 
 
-def _etag(value: Any) -> str | None:
+def etag_hex(value: Any) -> str | None:
+    """An ETag as stores and clients give it (quoted, bytes or str, any case) as bare lower-case
+    text; ``None`` for none."""
     if value is None:
         return None
     text = value.decode() if isinstance(value, bytes) else str(value)
@@ -205,7 +207,7 @@ def arrow_state(fs: pafs.FileSystem, path: str) -> ObjectState | None:
         length = meta.get(b"Content-Length") or meta.get("Content-Length")
         modified = meta.get(b"Last-Modified") or meta.get("Last-Modified")
         size = int(length) if length is not None else (info.size if info else None)
-        return ObjectState(size, modified, _etag(meta.get(b"ETag") or meta.get("ETag")))
+        return ObjectState(size, modified, etag_hex(meta.get(b"ETag") or meta.get("ETag")))
     fsspec_fs = _fsspec_of(fs)
     if fsspec_fs is not None:  # its own info(): gcsfs's MD5 proves the content without reading it
         try:
@@ -233,7 +235,7 @@ def fsspec_state(info: Mapping[str, Any]) -> ObjectState | None:
     modified = next((info[k] for k in ("LastModified", "mtime", "last_modified", "updated")
                      if info.get(k) is not None), None)
     return ObjectState(None if size is None else int(size), modified,
-                       _etag(info.get("ETag") or info.get("etag")), _md5_of(info))
+                       etag_hex(info.get("ETag") or info.get("etag")), _md5_of(info))
 
 
 def _md5_of(info: Mapping[str, Any]) -> str | None:

@@ -734,8 +734,6 @@ def writes_through(fs: pafs.FileSystem) -> bool:
     return isinstance(subtree_base(fs), pafs.LocalFileSystem)
 
 
-
-
 def _beside(path: str) -> str:
     """A hidden temporary name beside ``path``, random (32 bits, as ``uuid4().hex[:8]``, at a
     tenth of its cost): writers on other nodes of a shared disk pick other names."""

@@ -43,7 +43,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from retryfs.core.engine import Retrier, gave_up_inside
-from retryfs.core.proof import multipart_etag
+from retryfs.core.proof import etag_hex, multipart_etag
 from retryfs.core.timeouts import timed
 from retryfs.errors import CommitNotVisibleError
 
@@ -301,7 +301,7 @@ def settle_lost_complete(call_s3: Any, retrier: Retrier, path: str,
                             Key=kwargs["Key"])
     except FileNotFoundError:
         return None
-    if str(head.get("ETag", "")).strip('"').lower() != expected:
+    if etag_hex(head.get("ETag")) != expected:
         return None
     return {"ETag": head.get("ETag"), "VersionId": head.get("VersionId")}
 
