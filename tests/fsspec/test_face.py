@@ -678,10 +678,14 @@ def test_s3fs_exclusive_create_keeps_its_own_commit(s3):
     would meet its own object); a failed commit replays the stream, and the object is written."""
     ep, bucket = s3
     fs = wrap(ep.s3fs())
-    ep.add_fault(S3Fault.internal_error(op="PutObject", times=1))
+    failed = ep.add_fault(S3Fault.internal_error(op="PutObject", times=1))
+    ep.reset_record()
     with fs.open(f"{bucket}/x", "xb") as f:
         f.write(b"once")
     assert ep.get_object(bucket, "x") == b"once"
+    assert ep.fired(failed) == 1
+    puts = ep.requests(op="PutObject")  # the failed PUT and the replay's: 4 bytes each
+    assert [record.request_bytes for record in puts] == [4, 4]
     by_op = fs.stats.snapshot()["by_operation"]
     assert by_op["close"]["retries"] == 1 and "commit" not in by_op
 
@@ -712,13 +716,17 @@ def test_a_failed_s3fs_read_keeps_the_blocks_the_file_holds(s3):
         ep.reset_record()
         first = f.read(block)  # block 0
         f.seek(2 * block)
-        ep.add_fault(S3Fault.slow_down(op="GetObject", times=1))
+        slowed = ep.add_fault(S3Fault.slow_down(op="GetObject", times=1))
         third = f.read(block)  # block 2: one failed GET, then its retry
         f.seek(0)
         again = f.read(block)  # block 0 again: from the file's blocks
     assert (first, third, again) == (data[:block], data[2 * block:3 * block], data[:block])
+    assert ep.fired(slowed) == 1
     counts = ep.counts()
     assert counts["GetObject"] == 3 and counts.get("HeadObject", 0) == 0, counts
+    served = [record.response_bytes for record in ep.requests(op="GetObject")
+              if record.fault is None]
+    assert served == [block, block]  # blocks 0 and 2, each once; the SlowDown only its error
     assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 1
 
 

@@ -396,6 +396,9 @@ def test_a_stalled_part_is_abandoned_and_sent_again_in_place(s3_fault_endpoint, 
     elapsed = time.monotonic() - started
     assert ep.get_object(bucket, "stalled") == data
     assert ep.fired(stall) == 1
+    parts = ep.requests(op="UploadPart")  # 5 + 5 + 1 MiB, and part 1 once more
+    assert len(parts) == 4
+    assert sum(record.request_bytes for record in parts if record.fault is None) == len(data)
     snapshot = fs.stats.snapshot()
     assert snapshot["by_operation"]["upload_part"]["timeouts"] == 1
     assert snapshot["bytes_replayed"] == 0 and snapshot["by_operation"]["close"]["retries"] == 0
