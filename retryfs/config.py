@@ -548,6 +548,9 @@ _POLICY_PARSERS: dict[str, tuple[Callable[[Any], Any], str, str]] = {
                                           "included, in seconds (`none`: no bound)"),
     "throttle_delay": (_float, "2", "seconds before the first retry of a throttling error "
                                     "(SlowDown, 429; never less than its Retry-After)"),
+    "fast_throttle_retries": (lambda v: _int(v, 0), "0", "retries after a throttle that "
+                              "go on the transient schedule outside a throttle storm "
+                              "(0: every throttle waits throttle_delay)"),
     "throttle_factor": (lambda v: _float(v, 1.0), "4", "deprecated: use throttle_delay "
                                                        "(throttles waited this many times "
                                                        "longer than initial_delay)"),

@@ -1,8 +1,8 @@
 """The retry loop every operation goes through.
 
 The happy path is one call and one counter. On failure: classify, stop on a permanent error,
-compute the delay (the longer throttle schedule for throttling errors, at least the server's
-Retry-After when the error carries one), stop if retries, the deadline or the endpoint's retry
+compute the delay (the longer throttle schedule for throttling that persists or comes in a
+storm, at least the server's Retry-After when the error carries one), stop if retries, the deadline or the endpoint's retry
 budget ran out, sleep, try again. On give-up the last original exception is raised (same object,
 same type, same message) with a note of the attempts made.
 
@@ -334,9 +334,11 @@ class Retrier:
         if decision is Decision.FAIL:
             return _Step(None)
         throttled = decision is Decision.THROTTLE
-        if throttled and self.limiter is not None:
-            self.limiter.throttled(self.clock())
-        delay = policy.delay(attempt, throttled=throttled)
+        limiter = self.limiter
+        if throttled and limiter is not None:
+            limiter.throttled(self.clock())
+        delay = policy.delay(attempt, throttled=throttled and policy.throttle_schedule(
+            attempt, storm=limiter is not None and limiter.engaged))
         retry_after = retry_after_of(error)
         if retry_after is not None:
             delay = max(delay, min(retry_after, policy.max_delay))

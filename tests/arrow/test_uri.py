@@ -60,7 +60,8 @@ def _observed(fs: RetryingFileSystem, name: str):
 
 _EXPECTED = {
     "max_attempts": 8, "initial_delay": 0.05, "multiplier": 3.0, "max_delay": 30.0,
-    "jitter": False, "deadline": 120.0, "throttle_delay": 2.0, "throttle_factor": 4.0, "backend": "fsspec",
+    "jitter": False, "deadline": 120.0, "throttle_delay": 2.0, "throttle_factor": 4.0,
+    "fast_throttle_retries": 0, "backend": "fsspec",
     "verify_writes": False, "spool_memory": 128 * 1024 * 1024,
     "retryable_messages": ("Connection closed", "AWS Error UNKNOWN"), "budget": False,
     "timeout": (30.0, 30.0), "read_timeout": 10.0, "metadata_timeout": 10.0,

@@ -15,7 +15,7 @@ import pytest
 from _helpers import FAST
 
 import retryfs
-from retryfs import RetryBudget, RetryPolicy
+from retryfs import RateLimit, RetryBudget, RetryPolicy
 from retryfs.core.budget import TokenBucket, bucket_for, endpoint_of, reset_budgets
 from retryfs.core.engine import retry_after_of
 from retryfs.testing import FaultyFileSystem, errors
@@ -251,8 +251,58 @@ def test_throttles_wait_on_the_longer_schedule(target):
     fs.get_file_info(target)
     store.inject("get_file_info", errors.throttle(), times=2)
     fs.get_file_info(target)
-    assert delays == [(False, 0.001), (False, 0.002), (True, 0.003), (True, 0.006)]
+    # the first throttle of a request is isolated: the transient schedule's 0.001; the second
+    # waits the throttle schedule at its second retry (0.003 * 2)
+    assert delays == [(False, 0.001), (False, 0.002), (True, 0.001), (True, 0.006)]
     assert fs.stats.snapshot()["throttled"] == 2
+
+
+def test_every_throttle_waits_the_throttle_schedule_without_fast_retries(target):
+    policy = RetryPolicy(max_attempts=4, initial_delay=0.001, max_delay=1, jitter=False,
+                         throttle_delay=0.003, fast_throttle_retries=0)
+    store = FaultyFileSystem(pafs.LocalFileSystem())
+    fs = retryfs.RetryingFileSystem(store, policy)
+    delays: list[tuple[bool, float]] = []
+    fs.stats.on_retry(lambda e: delays.append((e.throttled, e.delay)))
+    store.inject("get_file_info", errors.throttle(), times=3)
+    fs.get_file_info(target)
+    assert delays == [(True, 0.003), (True, 0.006), (True, 0.012)]
+
+
+def test_fast_throttle_retries_counts_a_request_s_retries(target):
+    policy = RetryPolicy(max_attempts=5, initial_delay=0.001, max_delay=1, jitter=False,
+                         throttle_delay=0.01, fast_throttle_retries=2)
+    store = FaultyFileSystem(pafs.LocalFileSystem())
+    fs = retryfs.RetryingFileSystem(store, policy, rate_limit="off")
+    delays: list[tuple[bool, float]] = []
+    fs.stats.on_retry(lambda e: delays.append((e.throttled, e.delay)))
+    store.inject("get_file_info", errors.throttle(), times=4)
+    fs.get_file_info(target)
+    assert delays == [(True, 0.001), (True, 0.002), (True, 0.04), (True, 0.08)]
+    # and a transient failure first uses up the request's fast retry
+    delays.clear()
+    store.inject("get_file_info", errors.network(), times=2)
+    store.inject("get_file_info", errors.throttle(), times=1)
+    fs.get_file_info(target)
+    assert delays == [(False, 0.001), (False, 0.002), (True, 0.04)]
+
+
+def test_during_a_storm_even_a_first_throttle_waits_the_throttle_schedule(target):
+    """Once the endpoint's rate limiter is engaged (10 throttles within 5 s under "auto"),
+    no throttle is isolated."""
+    policy = RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=1, jitter=False,
+                         throttle_delay=0.003)
+    store = FaultyFileSystem(pafs.LocalFileSystem())
+    fs = retryfs.RetryingFileSystem(store, policy,
+                                    rate_limit=RateLimit(mode="auto", throttles=3,
+                                                         window=7.25, min_rate=1e5))
+    firsts: list[float] = []
+    fs.stats.on_retry(lambda e: firsts.append(e.delay) if e.attempt == 1 else None)
+    for _ in range(4):
+        store.inject("get_file_info", errors.throttle(), times=1)
+        fs.get_file_info(target)
+    # the first two throttles were isolated; the third engaged the limiter, as did the fourth
+    assert firsts == [0.001, 0.001, 0.003, 0.003]
 
 
 class _ClientError(Exception):

@@ -19,7 +19,7 @@ from retryfs.testing import FaultyFileSystem, errors
 
 # Delays that show in a log line ("0.01s") and still cost nothing to wait out.
 VISIBLE = RetryPolicy(max_attempts=3, initial_delay=0.01, multiplier=2, max_delay=0.04,
-                      jitter=False, throttle_delay=0.02)
+                      jitter=False, throttle_delay=0.02, fast_throttle_retries=0)
 
 
 @pytest.fixture
@@ -312,7 +312,7 @@ def test_a_failing_hook_never_fails_the_io(store, caplog):
 # -- test mode -----------------------------------------------------------------------------
 
 SLOW = RetryPolicy(max_attempts=4, initial_delay=60, max_delay=600, jitter=False,
-                   throttle_delay=120)
+                   throttle_delay=120, fast_throttle_retries=0)
 
 
 def test_no_sleep_skips_the_backoff_but_counts_everything(store):

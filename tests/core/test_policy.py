@@ -126,7 +126,8 @@ def test_replace_validates_and_names_unknown_fields():
         p.replace(max_tries=3)
     assert str(raised.value) == (
         "unknown RetryPolicy field(s) ['max_tries']; valid: max_attempts, initial_delay, "
-        "multiplier, max_delay, jitter, deadline, throttle_delay, throttle_factor")
+        "multiplier, max_delay, jitter, deadline, throttle_delay, throttle_factor, "
+        "fast_throttle_retries")
     with pytest.raises(ValueError, match="max_attempts"):
         p.replace(max_attempts=0)
 

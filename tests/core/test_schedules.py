@@ -1,8 +1,10 @@
 """Two backoff schedules, chosen by the kind of failure, through the real clients: a
 transient fault (500 InternalError, 503 ServiceUnavailable) is retried on the fast schedule
 (from `initial_delay`, 0.1 s), a throttle (503 SlowDown, 429) on the slow one (from
-`throttle_delay`, 1 s), on both faces; a URL parameter or a per-operation override wins. The delays are those recorded on the retry
-events (test mode: nothing is slept), drawn under a fixed seed.
+`throttle_delay`, 1 s), on both faces, except a request's first retry after an isolated
+throttle (`fast_throttle_retries`), which goes on the fast one; a URL parameter or a
+per-operation override wins. The delays are those recorded on the retry events (test mode:
+nothing is slept), drawn under a fixed seed.
 """
 
 from __future__ import annotations
@@ -94,3 +96,30 @@ def test_retry_after_lengthens_a_throttle_never_a_transient_schedule(s3_fault_en
     s3_fault_endpoint.add_fault(S3Fault.internal_error(op=OP, times=1))
     fs = RetryFileSystem(fs=s3_fault_endpoint.s3fs(), budget=False, jitter=False)
     assert _delays(fs, lambda: fs.ls(f"s3://{s3_fault_bucket}/d")) == [(True, 5.0), (False, 0.2)]
+
+
+def _lone_slow_down(endpoint, bucket: str) -> None:
+    endpoint.put_object(bucket, "d/k", b"value")
+    endpoint.add_fault(S3Fault.slow_down(op=OP, times=2))
+
+
+def test_an_isolated_throttle_is_retried_on_the_fast_schedule_its_second_on_the_slow(
+        s3_fault_endpoint, s3_fault_bucket):
+    _lone_slow_down(s3_fault_endpoint, s3_fault_bucket)
+    fs, _ = retryfs.from_uri(s3_fault_endpoint.uri(
+        s3_fault_bucket, retry_budget="false", retry_jitter="false"))
+    # the first retry: the transient schedule's 0.1 s; the second: the throttle schedule's 2 s
+    assert _delays(fs, _list(fs, s3_fault_bucket)) == [(True, 0.1), (True, 2.0)]
+
+
+def test_fast_throttle_retries_zero_from_a_url_waits_the_throttle_schedule_at_once(
+        s3_fault_endpoint, s3_fault_bucket):
+    _lone_slow_down(s3_fault_endpoint, s3_fault_bucket)
+    fs = RetryFileSystem(fs=s3_fault_endpoint.s3fs(), budget=False, jitter=False,
+                         fast_throttle_retries=0)
+    assert _delays(fs, lambda: fs.ls(f"s3://{s3_fault_bucket}/d")) == [(True, 1.0), (True, 2.0)]
+    fs, _ = retryfs.from_uri(s3_fault_endpoint.uri(
+        s3_fault_bucket, retry_budget="false", retry_jitter="false",
+        retry_fast_throttle_retries="0"))
+    s3_fault_endpoint.add_fault(S3Fault.slow_down(op=OP, times=2))
+    assert _delays(fs, _list(fs, s3_fault_bucket)) == [(True, 1.0), (True, 2.0)]
