@@ -13,7 +13,7 @@ shared): it builds a fresh one. Since pickling loses what is set here (pyarrow f
 | --- | --- | --- |
 | pyarrow ``S3FileSystem`` | AWS SDK, 3 attempts (more from ``from_uri``) | ``AwsStandardS3RetryStrategy(max_attempts)`` |
 | pyarrow ``GcsFileSystem`` | google-cloud-cpp, 15 min of retries | ``retry_time_limit`` 1 ms (one attempt) when ``attempts`` is 1; left as is otherwise |
-| s3fs ``S3FileSystem`` | its own loop (``retries``, 5 tries) around botocore's (3 attempts, legacy mode) | ``retries = attempts`` and botocore's ``total_max_attempts = attempts`` (standard mode) |
+| s3fs ``S3FileSystem`` | its own loop (``retries``, 5 tries, a sleep after each failed one) around botocore's (3 attempts, legacy mode) | ``retries = attempts`` and botocore's ``total_max_attempts = attempts`` (standard mode); one attempt goes without s3fs's sleep after it (the ``s3fs_one_try`` patch) |
 | gcsfs ``GCSFileSystem`` | ``retry_request``, 6 attempts | the same decorator with ``retries=attempts`` |
 | adlfs ``AzureBlobFileSystem`` | azure-core/storage ``RetryPolicy``, 3 retries | ``retry_total = attempts - 1`` |
 | pyarrow ``AzureFileSystem`` | Azure C++ SDK, 3 retries | cannot be told from Python: its exhausted errors are classified |
@@ -42,6 +42,17 @@ GCS_ONE_ATTEMPT = timedelta(milliseconds=1)
 
 #: gcsfs methods decorated with its ``retry_request`` (6 attempts fixed at class creation).
 _GCSFS_RETRIED = ("_request", "_get_file_request", "_get_file_concurrent")
+
+
+class OneTry(int):
+    """s3fs's ``retries`` for a client retryfs configured for one attempt: 1, marked for the
+    ``s3fs_one_try`` patch (`retryfs.patches.s3fs_one_try`); s3fs alone reads it as 1."""
+
+    def __new__(cls) -> OneTry:
+        return super().__new__(cls, 1)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (OneTry, ())
 
 
 def with_client_attempts(fs: Any, attempts: int) -> Any:
@@ -127,7 +138,9 @@ def _s3fs(fs: Any, attempts: int) -> Any:
     options["config_kwargs"] = config
     options["skip_instance_cache"] = True
     fresh = type(fs)(*fs.storage_args, **options)
-    fresh.retries = attempts  # s3fs's own loop: a class attribute, not an argument
+    # s3fs's own loop: a class attribute, not an argument; one try marked, so that the
+    # s3fs_one_try patch (retryfs.patches) spares it s3fs's sleep after the failure
+    fresh.retries = OneTry() if attempts == 1 else attempts
     fresh._retryfs_client_attempts = attempts
     return fresh
 

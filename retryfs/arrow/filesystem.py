@@ -63,6 +63,7 @@ from retryfs.datapath.placeholders import EmptyAtOpen, creates_empty_at_open
 from retryfs.datapath.streams import ReplayableOutputStream, ResumableInputFile
 from retryfs.datapath.upload import copy_file_tree, copy_single_file, writes_through
 from retryfs.errors import UnfinishedDeleteError
+from retryfs.patches import s3fs_one_try
 from retryfs.patches.s3fs_parts import retry_parts_in_place, with_parts_in_flight
 
 from .fsspec_adapter import FsspecHandler
@@ -214,6 +215,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         handed = fs
         if config.client_attempts is not None:
             fs = with_client_attempts(fs, config.client_attempts)
+            s3fs_one_try.spare(fs)
         self.original = fs
         self.inner = as_arrow_filesystem(fs)
         self.writer = _write_client(handed, self.inner, config)

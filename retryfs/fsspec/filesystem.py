@@ -80,6 +80,7 @@ from retryfs.core.redact import redact, register_option_secrets
 from retryfs.core.stats import RetryStats
 from retryfs.core.timeouts import timed, write_attempt_timeout, writes_locally
 from retryfs.errors import CommitNotVisibleError
+from retryfs.patches import s3fs_one_try
 from retryfs.patches.s3fs_parts import retry_parts_in_place, with_parts_in_flight
 
 from .files import (
@@ -305,6 +306,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                 self.fs = ArrowFSWrapper(with_client_attempts(inner.fs, config.client_attempts))
             else:
                 self.fs = with_client_attempts(inner, config.client_attempts)
+                s3fs_one_try.spare(self.fs)
         self._timeouts = config.timeouts_for(FACE_GROUPS)
         budget = cast("RetryBudget | None", config.budget)  # normalized
         bucket = bucket_for(self.fs, budget) if budget is not None else None

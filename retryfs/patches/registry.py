@@ -3,15 +3,17 @@
 | patch | what it changes | scope, and why | written against |
 | --- | --- | --- | --- |
 | ``copy_files`` | wraps ``pyarrow.fs._copy_files`` and ``_copy_files_selector`` (what ``pyarrow.fs.copy_files`` delegates to): a copy onto or from a retryfs wrapper goes through retryfs's data path, and a commit that finally failed is raised instead of ignored (`retryfs.patches.copy_files`, reading the record of `retryfs.datapath.commits`) | process-wide, because ``copy_files`` is a module function that callers (Ray Train) hold; installed when the first retryfs wrapper (either face) is made in the process, never by ``import retryfs`` | pyarrow 14 to 26 |
+| ``s3fs_one_try`` | wraps ``s3fs.core._error_wrapper`` (s3fs's retry loop, which sleeps after every failed try, the last included): a request of an s3fs client that retryfs configured for one attempt (its ``retries`` a `retryfs.clients.OneTry`) is sent once and its error raised at once, translated as s3fs translates it (`retryfs.patches.s3fs_one_try`) | process-wide, because s3fs calls the module function; every other call goes to s3fs's own loop unchanged; installed when retryfs first configures an s3fs client for one attempt | s3fs 2023.6 to 2026.9 |
 | ``s3fs_parts`` | the ``_call_s3`` and ``_abort_mpu`` of each s3fs file that retryfs itself opens for writing: its ``upload_part`` requests sent in the background and, with ``create_multipart_upload``, ``put_object`` and ``complete_multipart_upload``, retried in place; its abort waits for the parts in flight (`retryfs.patches.s3fs_parts`) | that file only | s3fs 2023.6 to 2026.9 |
 
 Each patch checks the installed version before it applies: outside the versions it was written
 against it is skipped with a WARNING naming the patch, the version and what is lost (a patch
 that does not fit a changed library must not apply half). Each logs at DEBUG, once per
-process, what it changed. Each can be turned off: ``RETRYFS_DISABLE_PATCHES=copy_files,s3fs_parts``
+process, what it changed. Each can be turned off: ``RETRYFS_DISABLE_PATCHES=copy_files,s3fs_parts,s3fs_one_try``
 in the environment (``all`` for every one), or `disable` before the first wrapper is made.
 Turned off, ``copy_files`` is plain pyarrow's again (its silently ignored commit failures
-included) and s3fs files are replayed from the spool when a part or the commit fails.
+included), s3fs files are replayed from the spool when a part or the commit fails, and a failed
+s3fs request waits out s3fs's 100 ms sleep before retryfs sees it.
 
 (Ray metrics are not a patch: a retryfs ``RetryStats`` inside a Ray worker exports its own
 counters through ``ray.util.metrics``; ``RETRYFS_RAY_METRICS=0`` turns that off.)
@@ -57,6 +59,9 @@ PATCHES: dict[str, Patch] = {
     "s3fs_parts": Patch("s3fs_parts", "s3fs", (2023, 6), (2026, 99),
                         "a failed part or commit of an s3fs upload replays the whole stream, and "
                         "its parts go one at a time"),
+    "s3fs_one_try": Patch("s3fs_one_try", "s3fs", (2023, 6), (2026, 99),
+                          "every failed request of an s3fs client retryfs configured for one "
+                          "attempt reaches retryfs 100 ms late (s3fs sleeps after its last try)"),
 }
 
 _lock = threading.Lock()
