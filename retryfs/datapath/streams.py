@@ -209,11 +209,24 @@ class ReplayableOutputStream(io.RawIOBase):
         return len(view)
 
     def flush(self) -> None:
+        """Hand what was written to the inner stream and flush it; never waits for another call.
+
+        A flush that finds a write, flush or close of this stream in progress returns at once:
+        that call hands the bytes over, and nothing is stored before the close commits. Waiting
+        could deadlock: a wrapper's finalizer flushes its raw stream (torch DCP's
+        ``NoCloseWriter``, any ``io.IOBase`` at garbage collection), and the collector runs it on
+        whichever thread allocates, the event loop that the write in progress waits on, or the
+        writing thread itself, inside the write.
+        """
         if self.closed or self._failed or self._sink is None:
             return
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             self._write_pending()
             self._guarded("flush", lambda sink: sink.stream.flush(), self._size)
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         if self.closed:

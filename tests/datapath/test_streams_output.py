@@ -287,6 +287,78 @@ def test_pythons_buffered_writer_accepts_it_as_its_raw_stream(store: Store) -> N
     assert store.objects[PATH] == b"abcdefghij"
 
 
+class NoCloseWriter(io.IOBase):
+    """torch DCP's wrapper of its raw stream (``transform_save_stream``): its close, run by
+    ``io.IOBase.__del__`` when the collector finds it, flushes the raw stream."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def close(self) -> None:
+        self.raw.flush()
+
+
+class HeldSpool:
+    """A replay spool whose next write runs ``during`` first: a write of the stream is then
+    in progress, its lock held and its upload there, as while it spools a large write."""
+
+    def __init__(self, spool: Any, during: Callable[[], Any]) -> None:
+        self.spool, self.during = spool, during
+
+    def write(self, data: Any) -> Any:
+        during, self.during = self.during, lambda: None
+        during()
+        return self.spool.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.spool, name)
+
+
+def _returns(call: Callable[[], Any]) -> bool:
+    """Whether ``call`` returned (on a helper thread, so that a deadlocked call fails the test
+    instead of hanging it; only broken code reaches the bound)."""
+    done = threading.Event()
+    threading.Thread(target=lambda: (call(), done.set()), daemon=True).start()
+    return done.wait(STALL)
+
+
+def test_a_finalizer_s_flush_inside_a_write_on_its_own_thread_returns(store: Store) -> None:
+    """The collector runs a dropped wrapper's finalizer on whichever thread allocates: here
+    the writing thread, inside the write (a plain lock taken again would never be given)."""
+    stream = stream_over(store)
+
+    def collect() -> None:
+        wrapper = NoCloseWriter(stream)
+        del wrapper  # its __del__ flushes the stream whose write is in progress
+
+    stream._spool = HeldSpool(stream._spool, collect)  # type: ignore[assignment]
+    assert _returns(lambda: stream.write(b"abc"))
+    assert store.uploads[0].flushes == 0  # that flush found the write and left it the bytes
+    stream.close()
+    assert store.objects[PATH] == b"abc"
+
+
+def test_a_flush_from_another_thread_during_a_write_returns_at_once(store: Store) -> None:
+    """As DCP's wrapper, collected on fsspec's event loop while a write that will need that
+    loop holds the stream: waiting for the write would wait for ever."""
+    entered, release = threading.Event(), threading.Event()
+    stream = stream_over(store)
+    stream._spool = HeldSpool(  # type: ignore[assignment]
+        stream._spool, lambda: (entered.set(), release.wait(STALL)))
+    writer = threading.Thread(target=stream.write, args=(b"abc",))
+    writer.start()
+    assert entered.wait(STALL)
+    try:
+        assert _returns(stream.flush)
+        assert store.uploads[0].flushes == 0
+    finally:
+        release.set()
+        writer.join()
+    stream.flush()  # nothing in progress: this one reaches the upload
+    stream.close()
+    assert store.objects[PATH] == b"abc" and store.uploads[0].flushes == 1
+
+
 class ItemUpload(DiscardableUpload):
     """An upload that reads its argument item by item, as Python code that treats it like
     ``bytes`` does (a pure-Python checksum, ``data[0]``, ``data == b"..."``)."""
