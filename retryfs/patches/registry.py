@@ -3,7 +3,7 @@
 | patch | what it changes | scope, and why | written against |
 | --- | --- | --- | --- |
 | ``copy_files`` | wraps ``pyarrow.fs._copy_files`` and ``_copy_files_selector`` (what ``pyarrow.fs.copy_files`` delegates to): a copy onto or from a retryfs wrapper goes through retryfs's data path, and a commit that finally failed is raised instead of ignored (`retryfs.patches.copy_files`, reading the record of `retryfs.datapath.commits`) | process-wide, because ``copy_files`` is a module function that callers (Ray Train) hold; installed when the first retryfs wrapper (either face) is made in the process, never by ``import retryfs`` | pyarrow 14 to 26 |
-| ``s3fs_one_try`` | wraps ``s3fs.core._error_wrapper`` (s3fs's retry loop, which sleeps after every failed try, the last included): a request of an s3fs client that retryfs configured for one attempt (its ``retries`` a `retryfs.clients.OneTry`) is sent once and its error raised at once, translated as s3fs translates it (`retryfs.patches.s3fs_one_try`) | process-wide, because s3fs calls the module function; every other call goes to s3fs's own loop unchanged; installed when retryfs first configures an s3fs client for one attempt | s3fs 2023.6 to 2026.9 |
+| ``s3fs_one_try`` | wraps ``s3fs.core._error_wrapper`` (s3fs's retry loop, which sleeps after every failed try, the last included): a request of an s3fs client that retryfs configured for one attempt (its ``retries`` a `retryfs.clients.OneTry`) is sent once and its error raised at once, translated as s3fs translates it; and wraps ``S3FileSystem._exists``: for such a client, a bucket that s3fs's probes found absent is asked once more with a ``head_bucket`` whose errors count (a throttle is raised, not read as "no bucket", so ``makedirs`` never tries to create a bucket that is there) (`retryfs.patches.s3fs_one_try`) | process-wide, because s3fs calls the module function and the class's method; every other call goes to s3fs's own loop unchanged; installed when retryfs first configures an s3fs client for one attempt | s3fs 2023.6 to 2026.9 |
 | ``s3fs_parts`` | the ``_call_s3`` and ``_abort_mpu`` of each s3fs file that retryfs itself opens for writing: its ``upload_part`` requests sent in the background and, with ``create_multipart_upload``, ``put_object`` and ``complete_multipart_upload``, retried in place; its abort waits for the parts in flight (`retryfs.patches.s3fs_parts`) | that file only | s3fs 2023.6 to 2026.9 |
 
 Each patch checks the installed version before it applies: outside the versions it was written
@@ -61,7 +61,9 @@ PATCHES: dict[str, Patch] = {
                         "its parts go one at a time"),
     "s3fs_one_try": Patch("s3fs_one_try", "s3fs", (2023, 6), (2026, 99),
                           "every failed request of an s3fs client retryfs configured for one "
-                          "attempt reaches retryfs 100 ms late (s3fs sleeps after its last try)"),
+                          "attempt reaches retryfs 100 ms late (s3fs sleeps after its last try), "
+                          "and a throttled bucket probe reads as no bucket (makedirs then "
+                          "fails creating a bucket that is there)"),
 }
 
 _lock = threading.Lock()

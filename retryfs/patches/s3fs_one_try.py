@@ -1,4 +1,5 @@
-"""One try of an s3fs request without s3fs's sleep after it.
+"""s3fs under one try: a failed request raised at once, a bucket probe that fails not read as
+"no bucket".
 
 s3fs sends each request through its own retry loop (``s3fs.core._error_wrapper``), which sleeps
 after *every* failed try, the last one included: with ``retries = 1`` (what retryfs sets, so
@@ -11,6 +12,15 @@ retryfs gives the s3fs clients it configures for one attempt a ``retries`` of
 (``s3fs.errors.translate_boto_error``), without the sleep; any other call (an s3fs client
 retryfs did not configure, or one allowed more than one attempt) goes to s3fs's own loop
 unchanged.
+
+s3fs decides that a bucket exists by two probes (``head_bucket``, then
+``get_bucket_location``) and reads *any* error of both as "no bucket": ``makedirs`` of a path
+in an existing bucket then tries to create the bucket, which fails with an error that is not
+retried (``InvalidLocationConstraint``, ``BucketAlreadyOwnedByYou``). With s3fs's five tries a
+probe rarely fails; with one, a SlowDown on each is enough (a torch DCP save makes that call
+every time). For a `OneTry` client, a bucket that s3fs found absent is asked once more with a
+``head_bucket`` whose errors count: not found or denied, it is absent, as s3fs says; there, it
+exists; any other error (a throttle, a reset) is raised, and retryfs retries the operation.
 """
 
 from __future__ import annotations
@@ -43,9 +53,12 @@ def install() -> bool:
 
         original = s3fs.core._error_wrapper
         s3fs.core._error_wrapper = _without_the_last_sleep(original)
+        exists = s3fs.core.S3FileSystem._exists
+        s3fs.core.S3FileSystem._exists = _bucket_confirmed(exists)
         _installed = True
     registry.note_applied("s3fs_one_try", "s3fs.core._error_wrapper sends a one-try request "
-                                          "once, without its sleep after the failure")
+                                          "once, without its sleep after the failure; "
+                                          "S3FileSystem._exists confirms an absent bucket")
     return True
 
 
@@ -74,3 +87,21 @@ def _without_the_last_sleep(original: Callable[..., Awaitable[Any]]
 
     _error_wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     return _error_wrapper
+
+
+def _bucket_confirmed(original: Callable[..., Awaitable[bool]]) -> Callable[..., Awaitable[bool]]:
+    async def _exists(self: Any, path: str) -> bool:
+        found = await original(self, path)
+        if found or not isinstance(getattr(self, "retries", None), OneTry):
+            return found
+        bucket, key, _ = self.split_path(self._strip_protocol(path)) if path else ("", "", None)
+        if key or not bucket:
+            return found
+        try:  # raises what s3fs's own probes swallowed (translated: EBUSY, EIO, timeouts...)
+            await self._call_s3("head_bucket", Bucket=bucket)
+        except (FileNotFoundError, PermissionError):
+            return False
+        return True
+
+    _exists.__wrapped__ = original  # type: ignore[attr-defined]
+    return _exists

@@ -1,6 +1,7 @@
 """`retryfs.patches.s3fs_one_try`: a request of an s3fs client that retryfs configured for one
 attempt fails at once, without s3fs's 100 ms sleep after its last try; the error is the one s3fs
-raises (translated, its cause the client's error); other s3fs clients keep s3fs's loop.
+raises (translated, its cause the client's error); other s3fs clients keep s3fs's loop. A
+throttled bucket probe is retried, never read as "no bucket".
 
 The sleeps are counted, not timed: s3fs's loop sleeps ``min(1.7 ** i * 0.1, 15)`` seconds
 through ``asyncio.sleep``, which the tests record.
@@ -99,3 +100,26 @@ def test_one_try_pickles_as_itself_and_the_patch_can_be_turned_off(monkeypatch):
     monkeypatch.setattr(registry, "_installed", set())
     assert s3fs_one_try.install() is False
     assert retryfs.patches.status()["s3fs_one_try"] == "off"
+
+
+def test_makedirs_in_a_bucket_whose_probes_are_throttled_never_creates_the_bucket(
+        s3_fault_endpoint, s3_fault_bucket):
+    """s3fs's makedirs probes the bucket (HeadBucket, then GetBucketLocation) and, both
+    failing, creates it: a throttle on each was read as "no bucket" and the save failed with
+    a CreateBucket error that is not retried."""
+    fs = _url_face(s3_fault_endpoint)
+    retries = fs.stats.snapshot()["retries"]  # (the face is fsspec's cached instance)
+    throttles = [s3_fault_endpoint.add_fault(S3Fault.slow_down(op=op, times=1))
+                 for op in ("HeadBucket", "GetBucketLocation", "HeadBucket")]
+    fs.makedirs(f"retry::s3://{s3_fault_bucket}/ckpt/step-1", exist_ok=True)
+    assert [s3_fault_endpoint.fired(f) for f in throttles] == [1, 1, 1]
+    counts = s3_fault_endpoint.counts()
+    assert counts["CreateBucket"] == 0
+    # the two probes, the one that confirms (throttled), then the retry's probe
+    assert (counts["HeadBucket"], counts["GetBucketLocation"]) == (3, 1)
+    assert fs.stats.snapshot()["retries"] == retries + 1
+
+
+def test_a_bucket_that_is_not_there_is_still_absent(s3_fault_endpoint):
+    fs = _url_face(s3_fault_endpoint)
+    assert fs.fs.exists("no-such-bucket-here") is False
