@@ -9,6 +9,7 @@ dropped connection, asserted where it shows.
 
 from __future__ import annotations
 
+import io
 import random
 import re
 import threading
@@ -548,3 +549,21 @@ def test_a_commit_of_an_upload_no_longer_there_is_no_such_upload(ep: S3FaultEndp
     assert raised.value.response["Error"]["Code"] == "NoSuchUpload"
     assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
     assert ep.get_object(s3_fault_bucket, "mpu") == b"another writer"
+
+
+@pytest.mark.parametrize("sizes", [[], [1], [5, 65536, 3], [65536] * 40 + [17]])
+def test_an_aws_chunked_body_decodes_as_moto_decodes_it(sizes):
+    """The endpoint decodes aws-chunked bodies in one pass; the bytes are moto's own."""
+    from moto.s3.responses import S3Response
+
+    from retryfs.testing import s3
+
+    chunks = [bytes([n % 251]) * size for n, size in enumerate(sizes)]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
+    body += b"0\r\nx-amz-checksum-crc64nvme:AAAAAAAAAAA=\r\n\r\n"
+    assert S3Response._handle_encoded_body is s3._handle_encoded_body
+    original = s3._handle_encoded_body.moto_original
+    decoded = s3._handle_encoded_body(None, body)
+    assert decoded == b"".join(chunks) == original(None, body)
+    assert decoded == original(None, io.BytesIO(body)) == s3._handle_encoded_body(
+        None, io.BytesIO(body))
