@@ -2,8 +2,8 @@
 
 The happy path is one call and one counter. On failure: classify, stop on a permanent error,
 compute the delay (the longer throttle schedule for throttling that persists or comes in a
-storm, at least the server's Retry-After when the error carries one), stop if retries, the deadline or the endpoint's retry
-budget ran out, sleep, try again. On give-up the last original exception is raised (same object,
+storm, at least the server's Retry-After when the error carries one), stop if retries, the
+deadline or the endpoint's retry budget ran out, sleep, try again. On give-up the last original exception is raised (same object,
 same type, same message) with a note of the attempts made.
 
 The same loop exists for coroutines (:meth:`Retrier.acall`, the fsspec async face), with a

@@ -3,8 +3,8 @@
 A policy is one immutable, validated value (in the spirit of ``urllib3.util.Retry``): it is
 safe to share between threads and to pickle to Ray workers. It holds two delay schedules, one
 per kind of failure: a fast one for transient failures (a reset, a 500, a timeout), a slow one
-for throttling that persists (SlowDown, 429). Each schedule comes from the ``backoff`` package (exponential,
-capped, full jitter).
+for throttling that persists (SlowDown, 429). Each schedule comes from the ``backoff`` package
+(exponential, capped, full jitter).
 """
 
 from __future__ import annotations
@@ -127,9 +127,9 @@ class RetryPolicy:
       throttling; AWS asks for exponential backoff from about a second).
     - an isolated throttle: a request's first ``fast_throttle_retries`` (1) retries after a
       throttle go on the transient schedule while the endpoint is not in a throttle storm
-      (its rate limiter is not engaged). A lone SlowDown among successes costs a 100 ms wait,
-      not half a second on average: the AWS CRT (under s3torchconnector) retries every error
-      on a 25 ms scale, object_store from 100 ms. The request's next throttle, and every
+      (its rate limiter is not engaged). A lone SlowDown among successes costs a wait of at
+      most 100 ms, not of up to a second: the AWS CRT (under s3torchconnector) retries every
+      error on a 25 ms scale, object_store from 100 ms. The request's next throttle, and every
       throttle during a storm, waits the throttle schedule; ``Retry-After`` is always honoured.
 
     Fields:
