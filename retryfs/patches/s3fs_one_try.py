@@ -41,8 +41,8 @@ _installed = False
 
 
 def install() -> bool:
-    """Wrap ``s3fs.core._error_wrapper`` once per process if the patch applies; whether it is
-    installed."""
+    """Wrap ``s3fs.core._error_wrapper`` and ``S3FileSystem._exists`` once per process if the
+    patch applies; whether it is installed."""
     global _installed
     with _lock:
         if _installed:

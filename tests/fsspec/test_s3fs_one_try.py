@@ -120,6 +120,19 @@ def test_makedirs_in_a_bucket_whose_probes_are_throttled_never_creates_the_bucke
     assert fs.stats.snapshot()["retries"] == retries + 1
 
 
-def test_a_bucket_that_is_not_there_is_still_absent(s3_fault_endpoint):
-    fs = _url_face(s3_fault_endpoint)
-    assert fs.fs.exists("no-such-bucket-here") is False
+def test_a_bucket_that_is_not_there_is_still_absent_and_one_that_is_there_present(
+        s3_fault_endpoint, s3_fault_bucket):
+    """s3fs's own ``_exists`` (what its ``_mkdir`` asks), patched: absent when the confirming
+    probe finds nothing, present when only s3fs's probes failed."""
+    from fsspec.asyn import sync
+
+    inner = _url_face(s3_fault_endpoint).fs
+    assert sync(inner.loop, inner._exists, "no-such-bucket-here") is False
+    inner.invalidate_cache()
+    s3_fault_endpoint.reset_record()
+    faults = [s3_fault_endpoint.add_fault(S3Fault.slow_down(op=op, times=1))
+              for op in ("HeadBucket", "GetBucketLocation")]
+    assert sync(inner.loop, inner._exists, s3_fault_bucket) is True
+    assert [s3_fault_endpoint.fired(f) for f in faults] == [1, 1]
+    counts = s3_fault_endpoint.counts()  # s3fs's two probes, then the confirming HeadBucket
+    assert (counts["HeadBucket"], counts["GetBucketLocation"]) == (2, 1)
