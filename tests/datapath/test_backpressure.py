@@ -4,7 +4,7 @@ pyarrow's S3 output stream queues a part for upload at each write and keeps it i
 the network has taken it: a local source faster than the network piles the object up (no
 backpressure). retryfs flushes the stream every `retryfs.datapath.iopool.UNSENT_MAX` bytes (the flush
 waits for the queued parts) and hands a large write over in part-sized slices. Here every
-UploadPart is answered 0.3 s late, so the reads outrun the uploads; each upload runs in a fresh
+UploadPart is answered 0.6 s late, so the reads outrun the uploads; each upload runs in a fresh
 process, whose peak of Arrow's allocations (`pyarrow.default_memory_pool().max_memory()`) is
 measured: the bound holds with the backpressure and is broken without it (the same upload with
 the bound lifted), on both write paths (the copy data path and a stream's writes).
@@ -62,7 +62,7 @@ def test_an_upload_holds_what_is_in_flight_not_the_object(s3_fault_endpoint, s3_
     source = tmp_path / "big.bin"
     with open(source, "wb") as f:
         f.truncate(SIZE)  # sparse: read at memory speed, far ahead of the uploads
-    late = s3_fault_endpoint.add_fault(S3Fault.delay(0.3, op="UploadPart"))
+    late = s3_fault_endpoint.add_fault(S3Fault.delay(0.6, op="UploadPart"))
     bounded = _upload(s3_fault_endpoint, s3_fault_bucket, str(source), path, "on")
     unbounded = _upload(s3_fault_endpoint, s3_fault_bucket, str(source), path, "off")
     assert bounded["size"] == unbounded["size"] == SIZE
