@@ -606,7 +606,8 @@ def _build_parameters() -> dict[str, Parameter]:
     params["rate_limit"] = Parameter(
         "rate_limit", _rate_limit, "auto", "on",
         "client-side rate limiting per endpoint under throttling: `auto` (engaged after 10 "
-        "throttles in 5 s), `on` (at the first throttle), `off`")
+        "throttles in 5 s that are a tenth of the requests sent), `on` (at the first "
+        "throttle), `off`")
     params["timeout"] = Parameter(
         "timeout", _timeout, "none", "30",
         "per-attempt timeout in seconds of read and metadata operations (an attempt that "

@@ -15,7 +15,8 @@ and pickled with the wrapper; the live :class:`RateLimiter` is per-process state
 every wrapper of one endpoint (the retry budget's endpoint identity) and never pickled.
 
 ``"auto"`` (the default) engages the limiter once ``throttles`` throttling errors arrived within
-``window`` seconds and lets it go once no throttle came for ``window`` seconds and the curve is
+``window`` seconds and were at least ``share`` of the requests sent in that time (a few
+throttles among many successes are not a storm: each is retried on its own), and lets it go once no throttle came for ``window`` seconds and the curve is
 back above the rate where throttling began: an isolated SlowDown costs one slow retry and
 nothing more, a storm is paced. ``"on"`` engages it at the first throttle, as botocore does.
 """
@@ -44,8 +45,9 @@ class RateLimit:
 
     - ``mode``: ``"auto"`` (engaged after ``throttles`` throttles within ``window`` seconds),
       ``"on"`` (engaged at the first throttle, botocore's adaptive mode) or ``"off"``.
-    - ``throttles`` / ``window``: what a storm is, for ``"auto"`` (10 throttles in 5 s); also how
-      long a quiet spell must last before an engaged limiter lets go (``window``).
+    - ``throttles`` / ``window`` / ``share``: what a storm is, for ``"auto"``: 10 throttles
+      within 5 s that are at least a tenth of the requests sent since the first of them. ``window`` is also how long a quiet spell must last before
+      an engaged limiter lets go.
     - ``min_rate``: the lowest fill rate, requests per second (botocore: 0.5).
     - ``beta``: the rate is multiplied by this at each throttle (botocore's CUBIC: 0.7).
     - ``scale``: how fast the rate grows back (CUBIC's C; botocore: 0.4).
@@ -57,6 +59,7 @@ class RateLimit:
     min_rate: float = 0.5
     beta: float = 0.7
     scale: float = 0.4
+    share: float = 0.1
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -67,7 +70,8 @@ class RateLimit:
             raise ValueError(f"RateLimit.throttles must be an int in [1, 1000000], "
                              f"got {self.throttles!r}")
         for name, low, high in (("window", 0.0, 3600.0), ("min_rate", 0.0, 1e6),
-                                ("beta", 0.0, 1.0), ("scale", 0.0, 1e6)):
+                                ("beta", 0.0, 1.0), ("scale", 0.0, 1e6),
+                                ("share", 0.0, 1.0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                     low < value <= high):
@@ -109,10 +113,12 @@ class _SendRate:
     def __init__(self) -> None:
         self.rate = 0.0
         self.count = 0
+        self.total = 0  # every request counted, for the share of throttles
         self.bucket_start: float | None = None  # the first send's time (on the caller's clock)
 
     def sent(self, now: float) -> None:
         self.count += 1
+        self.total += 1
         if self.bucket_start is None:
             self.bucket_start = now
         elapsed = now - self.bucket_start
@@ -155,7 +161,8 @@ class RateLimiter:
         self._w_max = 0.0
         self._k = 0.0
         self._last_throttle = -1e18
-        self._recent: collections.deque[float] = collections.deque()
+        # the recent throttles: (when, requests sent by then)
+        self._recent: collections.deque[tuple[float, int]] = collections.deque()
         self._lock = threading.Lock()
 
     # -- the three events --------------------------------------------------------------------
@@ -190,11 +197,10 @@ class RateLimiter:
         now = self.clock() if now is None else now
         with self._lock:
             recent = self._recent
-            recent.append(now)
-            while recent and recent[0] < now - self.config.window:
+            recent.append((now, self._sends.total))
+            while recent and recent[0][0] < now - self.config.window:
                 recent.popleft()
-            if not self.engaged and len(recent) < (
-                    1 if self.config.mode == "on" else self.config.throttles):
+            if not self.engaged and self.config.mode != "on" and not self._storm():
                 return
             measured = self._sends.measured(now)
             rate = measured if not self.engaged else min(measured, self.fill_rate)
@@ -207,6 +213,13 @@ class RateLimiter:
             self._k = (rate * (1 - self.config.beta) / self.config.scale) ** (1 / 3)
             self.fill_rate = max(self.config.min_rate, rate * self.config.beta)
             self._last_throttle = now
+
+    def _storm(self) -> bool:
+        """For ``"auto"``: enough throttles within the window, and enough of the requests sent
+        since the first of them."""
+        count = len(self._recent)
+        sent = self._sends.total - self._recent[0][1] + 1  # the first throttle's own included
+        return count >= self.config.throttles and count >= self.config.share * sent
 
     def succeeded(self, now: float | None = None) -> None:
         """A request succeeded: the rate grows back along the curve (nothing while disengaged)."""

@@ -37,12 +37,28 @@ def _send(limiter: RateLimiter, clock: Clock, times: int, every: float) -> None:
 def test_auto_engages_at_the_tenth_throttle_within_the_window():
     clock = Clock()
     limiter = _limiter("auto", clock)
-    for _ in range(10):  # 50 requests a second, two throttles every second
-        _send(limiter, clock, 25, 0.02)
+    for _ in range(10):  # 10 requests a second, two throttles every second: a fifth
+        _send(limiter, clock, 5, 0.1)
         assert not limiter.engaged  # a few throttles: the lanes' backoff is enough
         limiter.throttled(clock())
     assert limiter.engaged and limiter.engagements == 1
-    assert limiter.fill_rate == pytest.approx(0.7 * 50, rel=0.25)  # beta x the measured rate
+    assert limiter.fill_rate == pytest.approx(0.7 * 10, rel=0.25)  # beta x the measured rate
+
+
+def test_auto_does_not_engage_on_a_small_share_of_throttles():
+    """50 requests a second, two throttles every second (4 %, a 5 % fault rate's): each is
+    retried on its own; pacing every request would slow the 96 % that succeed."""
+    clock = Clock()
+    limiter = _limiter("auto", clock)
+    for _ in range(30):
+        _send(limiter, clock, 25, 0.02)
+        limiter.throttled(clock())
+    assert not limiter.engaged
+    strict = _limiter("auto", clock, share=0.03)  # a share below 4 %: the same is a storm
+    for _ in range(10):
+        _send(strict, clock, 25, 0.02)
+        strict.throttled(clock())
+    assert strict.engaged
 
 
 def test_auto_does_not_engage_on_throttles_spread_over_more_than_the_window():
