@@ -16,8 +16,9 @@ every wrapper of one endpoint (the retry budget's endpoint identity) and never p
 
 ``"auto"`` (the default) engages the limiter once ``throttles`` throttling errors arrived within
 ``window`` seconds and were at least ``share`` of the requests sent in that time (a few
-throttles among many successes are not a storm: each is retried on its own), and lets it go once no throttle came for ``window`` seconds and the curve is
-back above the rate where throttling began: an isolated SlowDown costs one slow retry and
+throttles among many successes are not a storm: each is retried on its own), and lets it go
+once no throttle came for ``window`` seconds and the curve is back above the rate where
+throttling began: an isolated SlowDown costs one slow retry and
 nothing more, a storm is paced. ``"on"`` engages it at the first throttle, as botocore does.
 """
 
@@ -46,8 +47,8 @@ class RateLimit:
     - ``mode``: ``"auto"`` (engaged after ``throttles`` throttles within ``window`` seconds),
       ``"on"`` (engaged at the first throttle, botocore's adaptive mode) or ``"off"``.
     - ``throttles`` / ``window`` / ``share``: what a storm is, for ``"auto"``: 10 throttles
-      within 5 s that are at least a tenth of the requests sent since the first of them. ``window`` is also how long a quiet spell must last before
-      an engaged limiter lets go.
+      within 5 s that are at least a tenth of the requests sent since the first of them.
+      ``window`` is also how long a quiet spell must last before an engaged limiter lets go.
     - ``min_rate``: the lowest fill rate, requests per second (botocore: 0.5).
     - ``beta``: the rate is multiplied by this at each throttle (botocore's CUBIC: 0.7).
     - ``scale``: how fast the rate grows back (CUBIC's C; botocore: 0.4).
