@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, settings
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 from retryfs.core.budget import reset_budgets
+from retryfs.core.ratelimit import reset_limiters
 from retryfs.core.redact import registered_secrets, reset_secrets
 from retryfs.testing import FaultyFileSystem
 
@@ -145,6 +146,14 @@ def _every_injected_fault_fires(request, monkeypatch):
                for fault in injected if fault.fired == 0]
     if unfired:
         pytest.fail(f"injected faults that never fired: {'; '.join(unfired)}", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _disengaged_rate_limiters():
+    """The rate limiters are per process and endpoint: a storm one test made must not make the
+    next test's throttles slow (its limiter engaged) or pace its requests."""
+    reset_limiters()
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -33,7 +33,8 @@ from typing import Any, Literal
 
 from .budget import PerEndpoint
 
-__all__ = ["RateLimit", "RateLimiter", "limiter_for", "limiters", "normalize_rate_limit"]
+__all__ = ["RateLimit", "RateLimiter", "limiter_for", "limiters", "normalize_rate_limit",
+           "reset_limiters"]
 
 Mode = Literal["off", "on", "auto"]
 _SHORTEST_WAIT = 0.001  # a pacing wait shorter than a millisecond is not worth a sleep
@@ -239,6 +240,13 @@ class RateLimiter:
                     and cubic >= self._w_max):
                 self.engaged = False
 
+    def reset(self) -> None:
+        """Back to disengaged, no throttle remembered (for test suites)."""
+        with self._lock:
+            self.engaged = False
+            self.fill_rate = 0.0
+            self._recent.clear()
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             return {"endpoint": self.endpoint, "mode": self.config.mode,
@@ -265,3 +273,10 @@ def limiter_for(fs: Any, config: RateLimit) -> RateLimiter | None:
 def limiters() -> list[RateLimiter]:
     """Every live limiter in this process (for exporters and inspection)."""
     return _limiters.values()
+
+
+def reset_limiters() -> None:
+    """Disengage every live limiter and forget its throttles (for test suites that inject
+    throttles on purpose: a storm in one test must not make the next one's throttles slow)."""
+    for limiter in limiters():
+        limiter.reset()
