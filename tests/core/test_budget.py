@@ -8,6 +8,7 @@ import pickle
 import threading
 import time
 import weakref
+from typing import Any
 
 import fsspec
 import pyarrow.fs as pafs
@@ -240,13 +241,19 @@ def test_bucket_is_thread_safe():
 
 # -- throttling: the longer schedule and Retry-After --------------------------------------------
 
-def test_throttles_wait_on_the_longer_schedule(target):
-    policy = RetryPolicy(max_attempts=4, initial_delay=0.001, max_delay=1, jitter=False,
-                         throttle_delay=0.003)
+def _delays_recorded(policy: RetryPolicy, **options: Any
+                     ) -> tuple[FaultyFileSystem, Any, list[tuple[bool, float]]]:
+    """A wrapper of a faulty local filesystem, and the (throttled, delay) of each retry it makes."""
     store = FaultyFileSystem(pafs.LocalFileSystem())
-    fs = retryfs.RetryingFileSystem(store, policy)
+    fs = retryfs.RetryingFileSystem(store, policy, **options)
     delays: list[tuple[bool, float]] = []
     fs.stats.on_retry(lambda e: delays.append((e.throttled, e.delay)))
+    return store, fs, delays
+
+
+def test_throttles_wait_on_the_longer_schedule(target):
+    store, fs, delays = _delays_recorded(RetryPolicy(
+        max_attempts=4, initial_delay=0.001, max_delay=1, jitter=False, throttle_delay=0.003))
     store.inject("get_file_info", errors.network(), times=2)
     fs.get_file_info(target)
     store.inject("get_file_info", errors.throttle(), times=2)
@@ -258,24 +265,18 @@ def test_throttles_wait_on_the_longer_schedule(target):
 
 
 def test_every_throttle_waits_the_throttle_schedule_without_fast_retries(target):
-    policy = RetryPolicy(max_attempts=4, initial_delay=0.001, max_delay=1, jitter=False,
-                         throttle_delay=0.003, fast_throttle_retries=0)
-    store = FaultyFileSystem(pafs.LocalFileSystem())
-    fs = retryfs.RetryingFileSystem(store, policy)
-    delays: list[tuple[bool, float]] = []
-    fs.stats.on_retry(lambda e: delays.append((e.throttled, e.delay)))
+    store, fs, delays = _delays_recorded(RetryPolicy(
+        max_attempts=4, initial_delay=0.001, max_delay=1, jitter=False, throttle_delay=0.003,
+        fast_throttle_retries=0))
     store.inject("get_file_info", errors.throttle(), times=3)
     fs.get_file_info(target)
     assert delays == [(True, 0.003), (True, 0.006), (True, 0.012)]
 
 
 def test_fast_throttle_retries_counts_a_request_s_retries(target):
-    policy = RetryPolicy(max_attempts=5, initial_delay=0.001, max_delay=1, jitter=False,
-                         throttle_delay=0.01, fast_throttle_retries=2)
-    store = FaultyFileSystem(pafs.LocalFileSystem())
-    fs = retryfs.RetryingFileSystem(store, policy, rate_limit="off")
-    delays: list[tuple[bool, float]] = []
-    fs.stats.on_retry(lambda e: delays.append((e.throttled, e.delay)))
+    store, fs, delays = _delays_recorded(RetryPolicy(
+        max_attempts=5, initial_delay=0.001, max_delay=1, jitter=False, throttle_delay=0.01,
+        fast_throttle_retries=2), rate_limit="off")
     store.inject("get_file_info", errors.throttle(), times=4)
     fs.get_file_info(target)
     assert delays == [(True, 0.001), (True, 0.002), (True, 0.04), (True, 0.08)]
@@ -288,21 +289,17 @@ def test_fast_throttle_retries_counts_a_request_s_retries(target):
 
 
 def test_during_a_storm_even_a_first_throttle_waits_the_throttle_schedule(target):
-    """Once the endpoint's rate limiter is engaged (10 throttles within 5 s under "auto"),
-    no throttle is isolated."""
-    policy = RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=1, jitter=False,
-                         throttle_delay=0.003)
-    store = FaultyFileSystem(pafs.LocalFileSystem())
-    fs = retryfs.RetryingFileSystem(store, policy,
-                                    rate_limit=RateLimit(mode="auto", throttles=3,
-                                                         window=7.25, min_rate=1e5))
-    firsts: list[float] = []
-    fs.stats.on_retry(lambda e: firsts.append(e.delay) if e.attempt == 1 else None)
+    """Once the endpoint's rate limiter is engaged (under "auto": `throttles` throttles within
+    `window` seconds, at least `share` of the requests sent), no throttle is isolated."""
+    store, fs, delays = _delays_recorded(
+        RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=1, jitter=False,
+                    throttle_delay=0.003),
+        rate_limit=RateLimit(mode="auto", throttles=3, window=7.25, min_rate=1e5))
     for _ in range(4):
         store.inject("get_file_info", errors.throttle(), times=1)
         fs.get_file_info(target)
     # the first two throttles were isolated; the third engaged the limiter, as did the fourth
-    assert firsts == [0.001, 0.001, 0.003, 0.003]
+    assert [delay for _, delay in delays] == [0.001, 0.001, 0.003, 0.003]
 
 
 class _ClientError(Exception):
