@@ -262,6 +262,7 @@ def test_throttles_wait_on_the_longer_schedule(target):
     # waits the throttle schedule at its second retry (0.003 * 2)
     assert delays == [(False, 0.001), (False, 0.002), (True, 0.001), (True, 0.006)]
     assert fs.stats.snapshot()["throttled"] == 2
+    assert store.calls["get_file_info"] == 6  # each failed call made again once
 
 
 def test_every_throttle_waits_the_throttle_schedule_without_fast_retries(target):
@@ -271,6 +272,7 @@ def test_every_throttle_waits_the_throttle_schedule_without_fast_retries(target)
     store.inject("get_file_info", errors.throttle(), times=3)
     fs.get_file_info(target)
     assert delays == [(True, 0.003), (True, 0.006), (True, 0.012)]
+    assert store.calls["get_file_info"] == 4
 
 
 def test_fast_throttle_retries_counts_a_request_s_retries(target):
@@ -286,6 +288,7 @@ def test_fast_throttle_retries_counts_a_request_s_retries(target):
     store.inject("get_file_info", errors.throttle(), times=1)
     fs.get_file_info(target)
     assert delays == [(False, 0.001), (False, 0.002), (True, 0.04)]
+    assert store.calls["get_file_info"] == 5 + 4
 
 
 def test_during_a_storm_even_a_first_throttle_waits_the_throttle_schedule(target):
@@ -300,6 +303,7 @@ def test_during_a_storm_even_a_first_throttle_waits_the_throttle_schedule(target
         fs.get_file_info(target)
     # the first two throttles were isolated; the third engaged the limiter, as did the fourth
     assert [delay for _, delay in delays] == [0.001, 0.001, 0.003, 0.003]
+    assert store.calls["get_file_info"] == 8
 
 
 class _ClientError(Exception):

@@ -98,28 +98,37 @@ def test_retry_after_lengthens_a_throttle_never_a_transient_schedule(s3_fault_en
     assert _delays(fs, lambda: fs.ls(f"s3://{s3_fault_bucket}/d")) == [(True, 5.0), (False, 0.2)]
 
 
-def _lone_slow_down(endpoint, bucket: str) -> None:
+def _lone_slow_down(endpoint, bucket: str) -> S3Fault:
     endpoint.put_object(bucket, "d/k", b"value")
-    endpoint.add_fault(S3Fault.slow_down(op=OP, times=2))
+    return endpoint.add_fault(S3Fault.slow_down(op=OP, times=2))
+
+
+def _cost(endpoint, fault: S3Fault) -> tuple[int, int]:
+    """The throttles fired, and the listings sent (each throttled one sent again, once)."""
+    return endpoint.fired(fault), len(endpoint.requests(OP))
 
 
 def test_an_isolated_throttle_is_retried_on_the_fast_schedule_its_second_on_the_slow(
         s3_fault_endpoint, s3_fault_bucket):
-    _lone_slow_down(s3_fault_endpoint, s3_fault_bucket)
+    fault = _lone_slow_down(s3_fault_endpoint, s3_fault_bucket)
     fs, _ = retryfs.from_uri(s3_fault_endpoint.uri(
         s3_fault_bucket, retry_budget="false", retry_jitter="false"))
     # the first retry: the transient schedule's 0.1 s; the second: the throttle schedule's 2 s
     assert _delays(fs, _list(fs, s3_fault_bucket)) == [(True, 0.1), (True, 2.0)]
+    assert _cost(s3_fault_endpoint, fault) == (2, 3)
 
 
 def test_fast_throttle_retries_zero_from_a_url_waits_the_throttle_schedule_at_once(
         s3_fault_endpoint, s3_fault_bucket):
-    _lone_slow_down(s3_fault_endpoint, s3_fault_bucket)
+    fault = _lone_slow_down(s3_fault_endpoint, s3_fault_bucket)
     fs = RetryFileSystem(fs=s3_fault_endpoint.s3fs(), budget=False, jitter=False,
                          fast_throttle_retries=0)
     assert _delays(fs, lambda: fs.ls(f"s3://{s3_fault_bucket}/d")) == [(True, 1.0), (True, 2.0)]
+    assert _cost(s3_fault_endpoint, fault) == (2, 3)
+    s3_fault_endpoint.reset_record()
     fs, _ = retryfs.from_uri(s3_fault_endpoint.uri(
         s3_fault_bucket, retry_budget="false", retry_jitter="false",
         retry_fast_throttle_retries="0"))
-    s3_fault_endpoint.add_fault(S3Fault.slow_down(op=OP, times=2))
+    fault = s3_fault_endpoint.add_fault(S3Fault.slow_down(op=OP, times=2))
     assert _delays(fs, _list(fs, s3_fault_bucket)) == [(True, 1.0), (True, 2.0)]
+    assert _cost(s3_fault_endpoint, fault) == (2, 3)

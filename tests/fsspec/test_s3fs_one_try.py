@@ -56,6 +56,7 @@ def test_a_retry_url_s3fs_client_fails_a_request_without_s3fs_s_sleep(
     fault = s3_fault_endpoint.add_fault(S3Fault.slow_down(op="GetObject", times=2))
     assert fs.cat_file(f"retry::s3://{s3_fault_bucket}/k") == b"value"
     assert s3_fault_endpoint.fired(fault) == 2
+    assert len(s3_fault_endpoint.requests("GetObject")) == 3  # each failed GET sent again once
     assert sleeps == []  # without the patch: one 0.1 s sleep per failed GetObject
     assert len(errors) == 2
     # the error s3fs raises: translated (a SlowDown is EBUSY), its cause botocore's error
@@ -78,6 +79,7 @@ def test_an_s3fs_client_retryfs_did_not_configure_keeps_s3fs_s_loop(
     fault = s3_fault_endpoint.add_fault(S3Fault.slow_down(op="GetObject", times=1))
     assert plain.cat_file(f"{s3_fault_bucket}/k") == b"value"
     assert s3_fault_endpoint.fired(fault) == 1
+    assert len(s3_fault_endpoint.requests("GetObject")) == 2
     assert sleeps == [0.1]  # s3fs's own retry, after its own sleep
 
 
@@ -86,10 +88,14 @@ def test_a_permanent_error_is_translated_as_s3fs_translates_it(s3_fault_endpoint
     fs = _url_face(s3_fault_endpoint)
     with pytest.raises(FileNotFoundError):
         fs.cat_file(f"retry::s3://{s3_fault_bucket}/absent")
-    s3_fault_endpoint.add_fault(S3Fault.error(403, "AccessDenied", "denied", op="GetObject"))
+    denied = s3_fault_endpoint.add_fault(
+        S3Fault.error(403, "AccessDenied", "denied", op="GetObject"))
     s3_fault_endpoint.put_object(s3_fault_bucket, "k", b"value")
+    s3_fault_endpoint.reset_record()
     with pytest.raises(PermissionError):
         fs.cat_file(f"retry::s3://{s3_fault_bucket}/k")
+    # permanent: sent once, never again
+    assert s3_fault_endpoint.fired(denied) == len(s3_fault_endpoint.requests("GetObject")) == 1
 
 
 def test_one_try_pickles_as_itself_and_the_patch_can_be_turned_off(monkeypatch):
