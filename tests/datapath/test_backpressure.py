@@ -4,7 +4,7 @@ pyarrow's S3 output stream queues a part for upload at each write and keeps it i
 the network has taken it: a local source faster than the network piles the object up (no
 backpressure). retryfs flushes the stream every `retryfs.datapath.iopool.UNSENT_MAX` bytes (the flush
 waits for the queued parts) and hands a large write over in part-sized slices. Here every
-UploadPart is answered 0.6 s late, so the reads outrun the uploads; each upload runs in a fresh
+UploadPart is answered 1.5 s late, so the reads outrun the uploads; each upload runs in a fresh
 process, whose peak of Arrow's allocations (`pyarrow.default_memory_pool().max_memory()`) is
 measured: the bound holds with the backpressure and is broken without it (the same upload with
 the bound lifted), on both write paths (the copy data path and a stream's writes).
@@ -62,14 +62,17 @@ def test_an_upload_holds_what_is_in_flight_not_the_object(s3_fault_endpoint, s3_
     source = tmp_path / "big.bin"
     with open(source, "wb") as f:
         f.truncate(SIZE)  # sparse: read at memory speed, far ahead of the uploads
-    late = s3_fault_endpoint.add_fault(S3Fault.delay(0.6, op="UploadPart"))
+    late = s3_fault_endpoint.add_fault(S3Fault.delay(1.5, op="UploadPart"))
     bounded = _upload(s3_fault_endpoint, s3_fault_bucket, str(source), path, "on")
     unbounded = _upload(s3_fault_endpoint, s3_fault_bucket, str(source), path, "off")
     assert bounded["size"] == unbounded["size"] == SIZE
     # At most the unflushed window and one read in flight (a copy reads 64 MiB at a time).
-    assert bounded["peak"] <= UNSENT_MAX + COPY_CHUNK + PART_SLICE, bounded
-    # Without the flushes the same upload holds (nearly) the whole object.
-    assert unbounded["peak"] >= SIZE - COPY_CHUNK, unbounded
+    bound = UNSENT_MAX + COPY_CHUNK + PART_SLICE
+    assert bounded["peak"] <= bound, bounded
+    # Without the flushes the same upload breaks that bound: it holds what the network has not
+    # taken, most of the object (how much depends on how fast the reads outran the parts:
+    # 264-320 of 320 MiB measured on a loaded machine, beside a bound of 208 MiB).
+    assert unbounded["peak"] > bound + 2 * PART_SLICE, unbounded
     # ... and hands it over in part-sized slices: parts in parallel within the window.
     parts = s3_fault_endpoint.requests("UploadPart")
     assert parts and max(r.request_bytes for r in parts) <= PART_SLICE
