@@ -125,11 +125,14 @@ class RetryPolicy:
       the server's ``Retry-After``. Throttling that persists means the server wants less
       traffic: retrying in 100 ms would make the storm worse (botocore keeps 1 s for
       throttling; AWS asks for exponential backoff from about a second).
-    - an isolated throttle: a request's first ``fast_throttle_retries`` (1) retries after a
+    - an isolated throttle: a request's first ``fast_throttle_retries`` (2) retries after a
       throttle go on the transient schedule while the endpoint is not in a throttle storm
       (its rate limiter is not engaged). A lone SlowDown among successes costs a wait of at
       most 100 ms, not of up to a second: the AWS CRT (under s3torchconnector) retries every
-      error on a 25 ms scale, object_store from 100 ms. The request's next throttle, and every
+      error on a 25 ms scale, object_store from 100 ms. Two, because a retry that meets a
+      second random SlowDown is no sign of a storm either (at 5 % of requests throttled, a
+      load of a few dozen GETs meets one in about one load of ten), and the rate limiter,
+      not this count, is what recognises a storm. The request's next throttle, and every
       throttle during a storm, waits the throttle schedule; ``Retry-After`` is always honoured.
 
     Fields:
@@ -166,7 +169,7 @@ class RetryPolicy:
     deadline: float | None = None
     throttle_delay: float = 1.0
     throttle_factor: float | None = None
-    fast_throttle_retries: int = 1
+    fast_throttle_retries: int = 2
 
     def __post_init__(self) -> None:
         for name in ("max_attempts", "initial_delay", "multiplier", "max_delay",

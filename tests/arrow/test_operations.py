@@ -108,13 +108,15 @@ def test_deadline_bounds_total_time_and_never_sleeps_past_it(faulty):
 
 def test_throttling_uses_the_longer_schedule(faulty):
     slept = []
-    fs = RetryingFileSystem(faulty, RetryPolicy(max_attempts=3, initial_delay=0.001,
+    fs = RetryingFileSystem(faulty, RetryPolicy(max_attempts=4, initial_delay=0.001,
                                                 max_delay=1, jitter=False, throttle_delay=0.008))
     fs.retry_handler.retrier.sleep = slept.append
-    faulty.inject("get_file_info", errors.throttle(), times=2)
+    faulty.inject("get_file_info", errors.throttle(), times=3)
     fs.get_file_info("d/f")
-    # a request's first throttle is isolated (the transient 0.001); its second is not
-    assert slept == [0.001, 0.016]
+    # a request's first two throttles are isolated (the transient 0.001, 0.002); its third is
+    # not (the throttle schedule at a third retry, 0.008 * 2 ** 2)
+    assert slept == [0.001, 0.002, 0.032]
+    assert faulty.calls["get_file_info"] == 4
 
 
 def test_per_operation_policy_overrides_the_group(faulty):

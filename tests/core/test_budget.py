@@ -256,13 +256,13 @@ def test_throttles_wait_on_the_longer_schedule(target):
         max_attempts=4, initial_delay=0.001, max_delay=1, jitter=False, throttle_delay=0.003))
     store.inject("get_file_info", errors.network(), times=2)
     fs.get_file_info(target)
-    store.inject("get_file_info", errors.throttle(), times=2)
+    store.inject("get_file_info", errors.throttle(), times=3)
     fs.get_file_info(target)
-    # the first throttle of a request is isolated: the transient schedule's 0.001; the second
-    # waits the throttle schedule at its second retry (0.003 * 2)
-    assert delays == [(False, 0.001), (False, 0.002), (True, 0.001), (True, 0.006)]
-    assert fs.stats.snapshot()["throttled"] == 2
-    assert store.calls["get_file_info"] == 6  # each failed call made again once
+    # a request's first two throttles are isolated: the transient schedule's 0.001 and 0.002;
+    # the third waits the throttle schedule at its third retry (0.003 * 2 ** 2)
+    assert delays == [(False, 0.001), (False, 0.002), (True, 0.001), (True, 0.002), (True, 0.012)]
+    assert fs.stats.snapshot()["throttled"] == 3
+    assert store.calls["get_file_info"] == 7  # each failed call made again once
 
 
 def test_every_throttle_waits_the_throttle_schedule_without_fast_retries(target):

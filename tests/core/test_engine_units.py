@@ -30,7 +30,7 @@ from retryfs.core.engine import (
 from retryfs.core.stats import RetryEvent, RetryStats
 
 POLICY = RetryPolicy(max_attempts=3, initial_delay=0.5, multiplier=2, max_delay=10,
-                     jitter=False, throttle_delay=1.5)
+                     jitter=False, throttle_delay=1.5, fast_throttle_retries=1)
 
 
 def make(policy: RetryPolicy = POLICY, clock: Clock | None = None,

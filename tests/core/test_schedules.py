@@ -1,8 +1,8 @@
 """Two backoff schedules, chosen by the kind of failure, through the real clients: a
 transient fault (500 InternalError, 503 ServiceUnavailable) is retried on the fast schedule
 (from `initial_delay`, 0.1 s), a throttle (503 SlowDown, 429) on the slow one (from
-`throttle_delay`, 1 s), on both faces, except a request's first retry after an isolated
-throttle (`fast_throttle_retries`), which goes on the fast one; a URL parameter or a
+`throttle_delay`, 1 s), on both faces, except a request's first two retries after an isolated
+throttle (`fast_throttle_retries`), which go on the fast one; a URL parameter or a
 per-operation override wins. The delays are those recorded on the retry events (test mode:
 nothing is slept), drawn under a fixed seed.
 """
@@ -44,8 +44,9 @@ def _under_the_seed(policy: RetryPolicy) -> list[tuple[bool, float]]:
     """Full jitter: a uniform draw under each retry's cap, from the same seed."""
     draw = random.Random(20261204)
     fixed = policy.replace(jitter=False)
-    return [(throttled, round(draw.uniform(0.0, fixed.delay(n, throttled=throttled)), 9))
-            for n, throttled in enumerate(KINDS, 1)]
+    return [(throttled, round(draw.uniform(0.0, fixed.delay(
+        n, throttled=throttled and policy.throttle_schedule(n))), 9))
+        for n, throttled in enumerate(KINDS, 1)]
 
 
 def _list(fs, bucket: str):
@@ -75,7 +76,7 @@ def test_url_parameters_set_both_schedules(s3_fault_endpoint, s3_fault_bucket):
         s3_fault_bucket, retry_budget="false", retry_jitter="false",
         retry_initial_delay="0.02", retry_throttle_delay="3"))
     assert _delays(fs, _list(fs, s3_fault_bucket)) == [
-        (False, 0.02), (True, 6.0), (False, 0.08), (True, 24.0)]
+        (False, 0.02), (True, 0.04), (False, 0.08), (True, 24.0)]
 
 
 def test_a_per_operation_override_wins(s3_fault_endpoint, s3_fault_bucket):
@@ -85,7 +86,7 @@ def test_a_per_operation_override_wins(s3_fault_endpoint, s3_fault_bucket):
         retry_throttle_delay="3", retry_metadata_throttle_delay="0.5",
         retry_metadata_initial_delay="0.001"))
     assert _delays(fs, _list(fs, s3_fault_bucket)) == [
-        (False, 0.001), (True, 1.0), (False, 0.004), (True, 4.0)]
+        (False, 0.001), (True, 0.002), (False, 0.004), (True, 4.0)]
 
 
 def test_retry_after_lengthens_a_throttle_never_a_transient_schedule(s3_fault_endpoint,
@@ -98,9 +99,9 @@ def test_retry_after_lengthens_a_throttle_never_a_transient_schedule(s3_fault_en
     assert _delays(fs, lambda: fs.ls(f"s3://{s3_fault_bucket}/d")) == [(True, 5.0), (False, 0.2)]
 
 
-def _lone_slow_down(endpoint, bucket: str) -> S3Fault:
+def _lone_slow_down(endpoint, bucket: str, times: int = 2) -> S3Fault:
     endpoint.put_object(bucket, "d/k", b"value")
-    return endpoint.add_fault(S3Fault.slow_down(op=OP, times=2))
+    return endpoint.add_fault(S3Fault.slow_down(op=OP, times=times))
 
 
 def _cost(endpoint, fault: S3Fault) -> tuple[int, int]:
@@ -108,14 +109,15 @@ def _cost(endpoint, fault: S3Fault) -> tuple[int, int]:
     return endpoint.fired(fault), len(endpoint.requests(OP))
 
 
-def test_an_isolated_throttle_is_retried_on_the_fast_schedule_its_second_on_the_slow(
+def test_an_isolated_throttle_is_retried_on_the_fast_schedule_its_third_on_the_slow(
         s3_fault_endpoint, s3_fault_bucket):
-    fault = _lone_slow_down(s3_fault_endpoint, s3_fault_bucket)
+    fault = _lone_slow_down(s3_fault_endpoint, s3_fault_bucket, times=3)
     fs, _ = retryfs.from_uri(s3_fault_endpoint.uri(
         s3_fault_bucket, retry_budget="false", retry_jitter="false"))
-    # the first retry: the transient schedule's 0.1 s; the second: the throttle schedule's 2 s
-    assert _delays(fs, _list(fs, s3_fault_bucket)) == [(True, 0.1), (True, 2.0)]
-    assert _cost(s3_fault_endpoint, fault) == (2, 3)
+    # the first two retries: the transient schedule's 0.1 and 0.2 s; the third: the throttle
+    # schedule's at a third retry, 4 s
+    assert _delays(fs, _list(fs, s3_fault_bucket)) == [(True, 0.1), (True, 0.2), (True, 4.0)]
+    assert _cost(s3_fault_endpoint, fault) == (3, 4)
 
 
 def test_fast_throttle_retries_zero_from_a_url_waits_the_throttle_schedule_at_once(
