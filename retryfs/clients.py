@@ -11,7 +11,7 @@ shared): it builds a fresh one. Since pickling loses what is set here (pyarrow f
 
 | client | its loop | what ``attempts`` sets |
 | --- | --- | --- |
-| pyarrow ``S3FileSystem`` | AWS SDK, 3 attempts (more from ``from_uri``) | ``AwsStandardS3RetryStrategy(max_attempts)`` |
+| pyarrow ``S3FileSystem`` | AWS SDK, 3 attempts (more from ``from_uri``) | one attempt: ``AwsStandardS3RetryStrategy(max_attempts=1)``; more: ``AwsDefaultS3RetryStrategy(max_attempts=attempts - 1)`` (it counts retries), whose retries wait 0, 50, 100 ms... |
 | pyarrow ``GcsFileSystem`` | google-cloud-cpp, 15 min of retries | ``retry_time_limit`` 1 ms (one attempt) when ``attempts`` is 1; left as is otherwise |
 | s3fs ``S3FileSystem`` | its own loop (``retries``, 5 tries, a sleep after each failed one) around botocore's (3 attempts, legacy mode) | ``retries = attempts`` and botocore's ``total_max_attempts = attempts`` (standard mode); one attempt goes without s3fs's sleep after it (the ``s3fs_one_try`` patch) |
 | gcsfs ``GCSFileSystem`` | ``retry_request``, 6 attempts | the same decorator with ``retries=attempts`` |
@@ -109,8 +109,23 @@ def confirm_not_found(fs: pafs.FileSystem, info: pafs.FileInfo) -> pafs.FileInfo
 def _s3(fs: pafs.S3FileSystem, attempts: int) -> pafs.S3FileSystem:
     _, (options,) = fs.__reduce__()
     options = dict(options)
-    options["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=attempts)
+    options["retry_strategy"] = _sdk_strategy(attempts)
     return pafs.S3FileSystem(**options)
+
+
+def _sdk_strategy(attempts: int) -> pafs.S3RetryStrategy:
+    """The AWS SDK's retry strategy for ``attempts`` attempts per request.
+
+    More than one (the write client's, so that a failed UploadPart is re-sent alone): the SDK's
+    default strategy, whose retries wait 0, 50, 100 ms... (``2 ** retry * 25`` ms, the CRT's
+    scale), not its standard one, whose retries wait a uniform draw under 1 s, then 2 s...:
+    measured on moto, a part reset twice held its upload for up to 3 s. pyarrow's
+    ``AwsDefaultS3RetryStrategy`` counts retries (``max_attempts=2`` is 3 requests), its
+    ``AwsStandardS3RetryStrategy`` attempts. Throttling that persists reaches retryfs's own
+    schedules and rate limiter once the SDK's few quick attempts are spent."""
+    if attempts == 1:
+        return pafs.AwsStandardS3RetryStrategy(max_attempts=1)
+    return pafs.AwsDefaultS3RetryStrategy(max_attempts=attempts - 1)
 
 
 def _gcs(fs: pafs.GcsFileSystem, attempts: int) -> pafs.GcsFileSystem:

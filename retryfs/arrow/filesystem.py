@@ -166,7 +166,7 @@ def _native_open(inner: pafs.FileSystem, name: str) -> str:
     return name
 
 
-def _one_part_client(writer: pafs.FileSystem, attempts: int) -> pafs.FileSystem:
+def _one_part_client(writer: pafs.FileSystem) -> pafs.FileSystem:
     """``writer`` (a native S3 write client) without background writes, for one-part files
     of a ``copy_files``: each such stream's part buffer (a part-size allocation, zero-padded
     at close) is then freed on the thread that allocated it, not on Arrow's IO pool, and is
@@ -175,11 +175,15 @@ def _one_part_client(writer: pafs.FileSystem, attempts: int) -> pafs.FileSystem:
     (``allow_delayed_open``): a file closed within one part is one PutObject, where a
     stream opened at once costs a CreateMultipartUpload, an UploadPart and a
     CompleteMultipartUpload (a tree of 64 MiB + 100 x 64 KiB: 114 requests against 313);
-    a file that grew past one part since its listing still becomes a multipart upload."""
+    a file that grew past one part since its listing still becomes a multipart upload.
+
+    One SDK attempt per request: the file's one request is retried by retryfs, which sends
+    the same bytes the SDK would, on retryfs's schedules, under its rate limiter and budget
+    (the SDK's retries are unseen: a throttle it retried never told the limiter of a storm).
+    A file that grew past one part is retried whole, as a stream of the one-attempt client."""
     _, (options,) = writer.__reduce__()
     return with_client_attempts(pafs.S3FileSystem(**dict(options, background_writes=False,
-                                                         allow_delayed_open=True)),
-                                attempts)
+                                                         allow_delayed_open=True)), 1)
 
 
 class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
@@ -533,12 +537,11 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
     def writer_for(self, size: int | None) -> pafs.FileSystem:
         """The filesystem that opens the output stream of a file of ``size`` bytes in a
         ``copy_files``: `_one_part_client` for a one-part file when retryfs built the write
-        client (it knows its SDK attempts), else `writer`."""
+        client, else `writer`."""
         if size is None or size >= ONE_PART or self.writer is self.inner:
             return self.writer
         if self._one_part_writer is None:  # built once, on first use (a race builds two)
-            attempts = self.retry_config.client_write_attempts or DEFAULT_CLIENT_WRITE_ATTEMPTS
-            self._one_part_writer = _one_part_client(self.writer, attempts)
+            self._one_part_writer = _one_part_client(self.writer)
         return self._one_part_writer
 
     def empty_at_open(self, path: str) -> EmptyAtOpen | None:

@@ -116,3 +116,27 @@ def test_client_attempts_reach_an_s3fs_instance_handed_in(s3_fault_endpoint, s3_
     assert _s3fs_head_requests(s3_fault_endpoint, fs, f"{s3_fault_bucket}/key") == 2
     # handed in without client_attempts, the client keeps its own retries
     assert RetryFileSystem(fs=inner, policy=POLICY).fs is inner
+
+
+def test_the_write_client_re_sends_a_failed_part_on_the_sdk_s_quick_schedule(
+        s3_fault_endpoint, s3_fault_bucket):
+    """The write client's SDK attempts (3 with ``client_attempts`` set) use the SDK's default
+    strategy, whose retries wait 0 and 50 ms, not its standard one (a draw under 1 s, then
+    under 2 s): two failed sends of a part are re-sent by the SDK, unseen by retryfs, and the
+    stream commits once."""
+    import pyarrow.fs as pafs
+
+    from retryfs.clients import _sdk_strategy
+
+    quick, one = _sdk_strategy(3), _sdk_strategy(1)
+    assert isinstance(quick, pafs.AwsDefaultS3RetryStrategy) and quick.max_attempts == 2
+    assert isinstance(one, pafs.AwsStandardS3RetryStrategy) and one.max_attempts == 1
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False, client_attempts=1)
+    failed = ep.add_fault(S3Fault.internal_error(op="UploadPart", times=2))
+    data = b"x" * (6 << 20)
+    with fs.open_output_stream(f"{s3_fault_bucket}/parts.bin") as out:
+        out.write(data)
+    assert ep.get_object(s3_fault_bucket, "parts.bin") == data
+    assert ep.fired(failed) == 2 and len(ep.requests(op="UploadPart")) == 3
+    assert fs.stats.snapshot()["retries"] == 0
