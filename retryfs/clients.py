@@ -117,8 +117,8 @@ def _sdk_strategy(attempts: int) -> pafs.S3RetryStrategy:
     """The AWS SDK's retry strategy for ``attempts`` attempts per request.
 
     More than one (the write client's, so that a failed UploadPart is re-sent alone): the SDK's
-    default strategy, whose retries wait 0, 50, 100 ms... (``2 ** retry * 25`` ms, the CRT's
-    scale), not its standard one, whose retries wait a uniform draw under 1 s, then 2 s...:
+    default strategy, whose retries wait 0, 50, 100, 200 ms... (a 25 ms scale, as the CRT's),
+    not its standard one, whose retries wait a uniform draw under 1 s, then 2 s...:
     measured on moto, a part reset twice held its upload for up to 3 s. pyarrow's
     ``AwsDefaultS3RetryStrategy`` counts retries (``max_attempts=2`` is 3 requests), its
     ``AwsStandardS3RetryStrategy`` attempts. Throttling that persists reaches retryfs's own
