@@ -9,7 +9,8 @@ against the same client's fault-free run. Clients, each with its own retries as 
 
 - retryfs over pyarrow's ``S3FileSystem`` as ``from_uri`` builds it (reads and metadata calls
   with the SDK's retries off, one retry layer; its write client keeps 3 SDK attempts per
-  part request, so that a failed part is sent again alone, not the file);
+  part request, so that a failed part is sent again alone, not the file; the files smaller
+  than one part sent by obstore, ``one_part_client="auto"``, when it is installed);
 - pyarrow's ``S3FileSystem`` alone (AWS standard retry strategy, 3 attempts: its default);
 - s3fs (5 attempts of its own loop over botocore's 5: their defaults);
 - Ray Data's ``RetryingPyFileSystem`` over pyarrow's ``S3FileSystem`` (3 SDK attempts);
@@ -20,7 +21,8 @@ SlowDown for some seconds from the upload's first object write on, then healthy.
 sent into the storm per second, the requests it sent per request the fault-free run needed,
 and its time; retryfs appears twice, with its rate limiter (``auto``, the default) and without.
 
-A third table takes the fault-free run apart: retryfs, pyarrow S3 and obstore as they ship and
+A third table takes the fault-free run apart: retryfs (also with ``one_part_client="arrow"``:
+every file through pyarrow's client), pyarrow S3 and obstore as they ship and
 with the AWS SDK's request checksums off (``AWS_REQUEST_CHECKSUM_CALCULATION=when_required``).
 pyarrow's SDK sends every upload ``aws-chunked`` with a CRC64NVME trailer, which moto decodes
 and checks in Python; obstore sends a signed payload and no checksum.
@@ -441,6 +443,10 @@ def _checksums_off(build: Callable[[], Client | None]) -> Client | None:
     return Client(client.name, unchecked(client.upload), unchecked(client.download))
 
 
+#: retryfs as ``from_uri`` builds it, but its small files sent by pyarrow's client, not obstore's.
+ARROW_ONLY = "retryfs, one_part_client=arrow"
+
+
 def checksum_cost(tree: Tree, rounds: int) -> list[str]:
     """Fault-free, each client as it sends its uploads and with the AWS SDK's request
     checksums off: pyarrow's SDK sends every upload aws-chunked with a CRC64NVME trailer,
@@ -452,6 +458,8 @@ def checksum_cost(tree: Tree, rounds: int) -> list[str]:
         builders: dict[str, Callable[[], Client | None]] = {
             "retryfs": lambda: _arrow_client("retryfs", retryfs.from_uri(
                 endpoint.uri(BUCKET))[0]),
+            ARROW_ONLY: lambda: _arrow_client(ARROW_ONLY, retryfs.from_uri(
+                endpoint.uri(BUCKET, retry_one_part_client="arrow"))[0]),
             "pyarrow S3 (own retries)": lambda: _arrow_client(
                 "pyarrow S3 (own retries)", endpoint.pyarrow_fs(max_attempts=3)),
             "obstore (own RetryConfig)": lambda: _obstore_client(endpoint),
@@ -499,6 +507,9 @@ def on_seaweed(tree: Tree, rounds: int) -> list[str]:
         builders: dict[str, Callable[[], Client | None]] = {
             "retryfs": lambda: _arrow_client("retryfs", retryfs.from_uri(
                 f"s3://{WEED_KEY}:{WEED_SECRET}@{BUCKET}?{query}")[0]),
+            ARROW_ONLY: lambda: _arrow_client(ARROW_ONLY, retryfs.from_uri(
+                f"s3://{WEED_KEY}:{WEED_SECRET}@{BUCKET}?{query}"
+                "&retry_one_part_client=arrow")[0]),
             "pyarrow S3 (own retries)": lambda: _arrow_client(
                 "pyarrow S3 (own retries)", server.pyarrow_fs()),
             "obstore (own RetryConfig)": lambda: _obstore_on(

@@ -23,7 +23,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from retryfs.core.budget import RetryBudget, normalize_budget
 from retryfs.core.classify import ErrorClassifier
@@ -63,14 +63,18 @@ DEFAULT_SPOOL_MEMORY = 32 * 1024 * 1024
 #: The most attempts the storage client may make inside one retryfs attempt.
 CLIENT_ATTEMPTS_MAX = 100
 BACKENDS = ("auto", "arrow", "fsspec")
+#: What may send the one-part files of a ``copy_files`` onto pyarrow's S3
+#: (`retryfs.arrow.obstore_put`): pyarrow's own client, obstore, or obstore where it can.
+ONE_PART_CLIENTS = ("arrow", "obstore", "auto")
+OnePartClient = Literal["arrow", "obstore", "auto"]
 _PREFIX = "retry_"
 _ENV_PREFIX = "RETRYFS_"
 
 #: The options of a wrapper, in the order of `WrapperConfig`'s fields.
 OPTIONS: tuple[str, ...] = ("policy", "per_operation", "classifier", "retryable_messages",
                             "verify_writes", "spool_memory", "budget", "rate_limit", "timeout",
-                            "client_attempts", "client_write_attempts", "write_timeout",
-                            "min_throughput", "stats")
+                            "client_attempts", "client_write_attempts", "one_part_client",
+                            "write_timeout", "min_throughput", "stats")
 
 #: Options renamed since 0.1.0 (keyword, ``retry_*`` URL parameter, ``RETRYFS_*`` variable,
 #: protocol option): the old spelling still works, with a ``DeprecationWarning`` naming the new.
@@ -119,7 +123,9 @@ class WrapperConfig:
       read and metadata operations, or ``{group or operation: seconds}``), ``client_attempts``
       (1 to 100, or None: leave the client's own retries alone), ``client_write_attempts``
       (the same for the requests of write streams; None: 3 when ``client_attempts`` is set, so
-      that the SDK re-sends a failed part alone).
+      that the SDK re-sends a failed part alone), ``one_part_client`` (``"arrow"``,
+      ``"obstore"`` or ``"auto"``: the client that sends the files of a ``copy_files`` onto
+      pyarrow's S3 smaller than one part, see `retryfs.arrow.obstore_put`).
     - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
       each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
       its bytes in flight at ``min_throughput`` (both faces; the async face's writers are not
@@ -145,6 +151,7 @@ class WrapperConfig:
     timeout: float | Mapping[str, float] | None = None
     client_attempts: int | None = None
     client_write_attempts: int | None = None
+    one_part_client: OnePartClient = "arrow"
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
     min_throughput: float = DEFAULT_MIN_THROUGHPUT
     stats: RetryStats | None = None
@@ -185,6 +192,8 @@ class WrapperConfig:
                                         self.client_attempts))
         put("client_write_attempts", _checked("client_write_attempts", _client_attempts,
                                               self.client_write_attempts))
+        put("one_part_client", _checked("one_part_client", _one_part_client,
+                                        self.one_part_client))
         put("write_timeout", _checked("write_timeout", _seconds_or_none, self.write_timeout))
         put("min_throughput", _checked("min_throughput", _throughput, self.min_throughput))
         if self.stats is not None and not isinstance(self.stats, RetryStats):
@@ -236,7 +245,8 @@ class WrapperConfig:
                 self.rate_limit,
                 tuple(sorted(cast("Mapping[str, float]", self.timeout).items())),
                 self.client_attempts,
-                self.client_write_attempts, self.write_timeout, self.min_throughput)
+                self.client_write_attempts, self.one_part_client, self.write_timeout,
+                self.min_throughput)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WrapperConfig):
@@ -295,6 +305,10 @@ class Configured:
     @property
     def client_write_attempts(self) -> int | None:
         return self.retry_config.client_write_attempts
+
+    @property
+    def one_part_client(self) -> OnePartClient:
+        return self.retry_config.one_part_client
 
 
 def _rebuild_config(options: dict[str, Any]) -> WrapperConfig:
@@ -480,6 +494,14 @@ def _client_attempts(value: Any) -> int | None:
     return _int(value, high=CLIENT_ATTEMPTS_MAX)
 
 
+def _one_part_client(value: Any) -> str:
+    text = str(value).strip().lower() if isinstance(value, str) else value
+    text = "arrow" if text == "pyarrow" else text
+    if text not in ONE_PART_CLIENTS:
+        raise ValueError(f"expected one of {', '.join(ONE_PART_CLIENTS)}, got {value!r}")
+    return str(text)
+
+
 def _backend(value: Any) -> str:
     text = str(value).strip().lower()
     text = "arrow" if text == "pyarrow" else text
@@ -596,6 +618,11 @@ def _build_parameters() -> dict[str, Parameter]:
         "attempts the storage client makes per request of a write stream (pyarrow's "
         "S3FileSystem only): the SDK re-sends a failed part alone instead of failing the "
         "stream; every request of an upload is tried up to this x the write policy's attempts")
+    params["one_part_client"] = Parameter(
+        "one_part_client", _one_part_client, "auto (from_uri), arrow", "arrow",
+        "what sends the files of a copy_files onto pyarrow's S3 smaller than one part (5 MiB): "
+        "`obstore` (one PutObject each, at a sixth of the AWS SDK's CPU), `arrow` (pyarrow's "
+        "client), `auto` (obstore when it is installed and the client's settings carry over)")
     params["retryable_messages"] = Parameter(
         "retryable_messages", _messages, "(none)", "Connection%20closed%7CAWS%20Error%20UNKNOWN",
         "extra error texts that mean transient, separated by `|` (or repeat the parameter)",
@@ -789,7 +816,7 @@ def config_from_options(options: Mapping[str, Any]) -> Layer:
 # -- the layered merge ---------------------------------------------------------------------------
 
 _SCALARS = ("verify_writes", "spool_memory", "budget", "rate_limit", "client_attempts",
-            "client_write_attempts", "write_timeout", "min_throughput")
+            "client_write_attempts", "one_part_client", "write_timeout", "min_throughput")
 
 
 def merge(*, code: Mapping[str, Any] | None = None, top: Layer | None = None,

@@ -39,6 +39,7 @@ from retryfs.core.stats import RetryStats
 from .config import (
     BACKENDS,
     PARAMETERS,
+    OnePartClient,
     Parameter,
     WrapperConfig,
     config_from_env,
@@ -148,6 +149,7 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
              timeout: float | Mapping[str, float] | None = default("timeout"),
              client_attempts: int | None = default("client_attempts"),
              client_write_attempts: int | None = default("client_write_attempts"),
+             one_part_client: OnePartClient = default("one_part_client"),
              write_timeout: float | None = default("write_timeout"),
              min_throughput: float = default("min_throughput"),
              stats: RetryStats | None = None,
@@ -163,8 +165,10 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     `WrapperConfig`) and the options (the fields of `WrapperConfig`, each described there)
     are the code's settings, an option given over ``config`` (a complete value: the
     environment does not fill it in). Not given, ``client_attempts`` is 1: retryfs is the only
-    retry layer. The spellings of 0.1.0 (``native_attempts``...) still work, with a
-    ``DeprecationWarning``.
+    retry layer, and ``one_part_client`` is ``"auto"``: the small files of a ``copy_files`` onto
+    S3 go through obstore when it is installed and the client's settings carry over
+    (`retryfs.arrow.obstore_put`). The spellings of 0.1.0 (``native_attempts``...) still work,
+    with a ``DeprecationWarning``.
 
     Precedence, lowest first: built-in defaults, ``RETRYFS_*`` environment variables, code,
     URL parameters. Error texts (``retryable_messages``) add up. A leading ``retry::`` is
@@ -181,8 +185,9 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     url = config_from_query(retry_pairs)
     kwargs = renamed({**deprecated, **given(locals())})
     code = {**config.options(), **kwargs} if config is not None else dict(kwargs)
-    # retryfs is the only retry layer unless told otherwise
-    wrapper = merge(code=code, top=url, env=env, defaults={"client_attempts": 1})
+    # retryfs is the only retry layer unless told otherwise; it chooses what sends small files
+    wrapper = merge(code=code, top=url, env=env,
+                    defaults={"client_attempts": 1, "one_part_client": "auto"})
     backend = url.options.get("backend", env.options.get("backend", "auto"))
     inner, path = _open_backend(rest, backend, storage_options)
     return RetryingFileSystem(inner, config=wrapper), check_object_path(inner, path)

@@ -28,6 +28,7 @@ from retryfs.clients import (
 from retryfs.config import (
     OPTIONS,
     Configured,
+    OnePartClient,
     WrapperConfig,
     check_operation_names,
     default,
@@ -58,7 +59,12 @@ from retryfs.datapath.download import (
     download_single_file,
     reads_ranges_concurrently,
 )
-from retryfs.datapath.iopool import PoolSafeOutputStream, holds_unsent_parts, writes_in_background
+from retryfs.datapath.iopool import (
+    ONE_PART,
+    PoolSafeOutputStream,
+    holds_unsent_parts,
+    writes_in_background,
+)
 from retryfs.datapath.placeholders import EmptyAtOpen, creates_empty_at_open
 from retryfs.datapath.streams import ReplayableOutputStream, ResumableInputFile
 from retryfs.datapath.upload import copy_file_tree, copy_single_file, writes_through
@@ -67,6 +73,7 @@ from retryfs.patches import s3fs_one_try
 from retryfs.patches.s3fs_parts import retry_parts_in_place, with_parts_in_flight
 
 from .fsspec_adapter import FsspecHandler
+from .obstore_put import obstore_put_client
 
 __all__ = ["RetryingFileSystem", "RetryingHandler", "as_arrow_filesystem"]
 
@@ -152,11 +159,6 @@ def _write_client(handed: Any, inner: pafs.FileSystem,
     return with_client_attempts(handed, attempts)
 
 
-#: Below this size a file is one part of a native S3 upload (S3's minimum part size; pyarrow's
-#: part upload threshold is at least that): its close waits for that one part anyway.
-ONE_PART = 5 * 1024 * 1024
-
-
 def _native_open(inner: pafs.FileSystem, name: str) -> str:
     """The inner open behind ``name``: a stream of pyarrow S3 or Azure is opened as their
     random-access file (the same HEAD), so that a large read of it keeps its sub-reads in
@@ -225,6 +227,12 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         self.writer = _write_client(handed, self.inner, config)
         self.proofs = Proofs()  # what the copy data path wrote, for the check after its commit
         self._one_part_writer: pafs.FileSystem | None = None
+        if config.one_part_client == "obstore":  # asked for: checked now, not at a first copy
+            if self.writer is self.inner:
+                raise ValueError(
+                    "one_part_client='obstore' needs pyarrow's S3FileSystem with client_attempts "
+                    "set (retryfs then builds the write client; from_uri sets it)")
+            self._one_part_writer = self._one_part()
         self._resends_by_itself = resends_by_itself(fs)
         self._unsure_not_found = hides_list_errors(fs)
         self._empty_at_open = creates_empty_at_open(self.writer)
@@ -536,13 +544,28 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
 
     def writer_for(self, size: int | None) -> pafs.FileSystem:
         """The filesystem that opens the output stream of a file of ``size`` bytes in a
-        ``copy_files``: `_one_part_client` for a one-part file when retryfs built the write
-        client, else `writer`."""
+        ``copy_files``: for a one-part file when retryfs built the write client,
+        `_one_part_client`, or obstore's (`retryfs.arrow.obstore_put`, by
+        ``one_part_client``); else `writer`."""
         if size is None or size >= ONE_PART or self.writer is self.inner:
             return self.writer
         if self._one_part_writer is None:  # built once, on first use (a race builds two)
-            self._one_part_writer = _one_part_client(self.writer)
+            self._one_part_writer = self._one_part()
         return self._one_part_writer
+
+    def _one_part(self) -> pafs.FileSystem:
+        """The one-part writer ``one_part_client`` asks for: `_one_part_client`, or obstore's
+        over it; ``"obstore"`` that cannot be built is a ValueError saying why."""
+        arrow = _one_part_client(self.writer)
+        choice = self.retry_config.one_part_client
+        if choice == "arrow":
+            return arrow
+        built = obstore_put_client(self.writer, arrow)
+        if isinstance(built, str):
+            if choice == "obstore":
+                raise ValueError(f"one_part_client='obstore': cannot be used here: {built}")
+            return arrow
+        return built
 
     def empty_at_open(self, path: str) -> EmptyAtOpen | None:
         """What removes the empty blob an open of ``path`` creates, if the write then fails
@@ -654,6 +677,7 @@ class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped li
                  timeout: float | Mapping[str, float] | None = default("timeout"),
                  client_attempts: int | None = default("client_attempts"),
                  client_write_attempts: int | None = default("client_write_attempts"),
+                 one_part_client: OnePartClient = default("one_part_client"),
                  write_timeout: float | None = default("write_timeout"),
                  min_throughput: float = default("min_throughput"),
                  stats: RetryStats | None = None,

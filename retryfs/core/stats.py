@@ -51,6 +51,8 @@ def default_redact(text: str) -> str:
 
 _AWS_ERROR = re.compile(r"AWS Error ([A-Z][A-Z_]+)")
 _HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
+#: The code of an S3 XML error body quoted in an error's text (obstore's, for one).
+_XML_CODE = re.compile(r"<Code>(\w{1,64})</Code>")
 
 
 def error_kind(error: BaseException) -> str:
@@ -58,7 +60,8 @@ def error_kind(error: BaseException) -> str:
 
     pyarrow's S3 errors are all ``OSError``; the AWS error name tells them apart:
     ``OSError[SLOW_DOWN]``, ``OSError[NETWORK_CONNECTION]``. Provider codes
-    (``ClientError[SlowDown]``), HTTP statuses (``HttpResponseError[503]``) and errno names
+    (``ClientError[SlowDown]``), the code of an S3 error body quoted in the text
+    (obstore's ``GenericError[SlowDown]``), HTTP statuses (``HttpResponseError[503]``) and errno names
     (``OSError[ECONNRESET]``) likewise. Used as the error label of counters and metrics.
     """
     name = type(error).__name__
@@ -74,6 +77,9 @@ def error_kind(error: BaseException) -> str:
         code = provider_code_of(error)  # botocore's Error.Code, azure-core's error_code
         if code is not None and code.isidentifier() and len(code) <= 64:
             detail = code
+    if detail is None:
+        quoted = _XML_CODE.search(text)
+        detail = quoted.group(1) if quoted else None
     if detail is None:
         http_status = http_status_of(error)
         if http_status is not None:

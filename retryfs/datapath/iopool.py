@@ -37,7 +37,7 @@ import pyarrow.fs as pafs
 
 from retryfs.core.locations import subtree_base
 
-__all__ = ["PART_SLICE", "SLICED_MAX", "UNSENT_MAX", "PoolSafeOutputStream",
+__all__ = ["ONE_PART", "PART_SLICE", "SLICED_MAX", "UNSENT_MAX", "PoolSafeOutputStream",
            "holds_unsent_parts", "lend_io_thread", "write_bounded", "writes_in_background"]
 
 T = TypeVar("T")
@@ -54,6 +54,10 @@ def writes_in_background(fs: Any) -> bool:
     """Whether ``fs``'s output streams wait on Arrow's IO pool when they flush or close."""
     return isinstance(fs, _BACKGROUND_WRITERS)
 
+
+#: Below this size a file is one part of a native S3 upload (S3's minimum part size; pyarrow's
+#: part upload threshold is at least that): its close waits for that one part anyway.
+ONE_PART = 5 * 1024 * 1024
 
 #: Bytes written to a native S3 output stream between two flushes: at most this much (and one
 #: write) waits in memory for the network; 8 parts of `PART_SLICE` (Arrow's 8 IO threads).

@@ -53,6 +53,7 @@ from retryfs.clients import with_client_attempts
 from retryfs.config import (
     CODE_ONLY,
     Configured,
+    OnePartClient,
     WrapperConfig,
     check_operation_names,
     config_from_env,
@@ -228,6 +229,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
         timeout: float | Mapping[str, float] | None = default("timeout"),
         client_attempts: int | None = default("client_attempts"),
         client_write_attempts: int | None = default("client_write_attempts"),
+        one_part_client: OnePartClient = default("one_part_client"),
         write_timeout: float | None = default("write_timeout"),
         min_throughput: float = default("min_throughput"),
         stats: RetryStats | None = None,

@@ -65,7 +65,8 @@ _EXPECTED = {
     "verify_writes": False, "spool_memory": 128 * 1024 * 1024,
     "retryable_messages": ("Connection closed", "AWS Error UNKNOWN"), "budget": False,
     "timeout": (30.0, 30.0), "read_timeout": 10.0, "metadata_timeout": 10.0,
-    "client_attempts": 3, "client_write_attempts": 1, "write_timeout": 120.0,
+    "client_attempts": 3, "client_write_attempts": 1, "one_part_client": "arrow",
+    "write_timeout": 120.0,
     "min_throughput": 262144.0, "rate_limit": "on",
 }
 

@@ -144,6 +144,14 @@ def test_error_classes_are_short_and_bounded():
     assert error_kind(ClientError("SlowDown", 503)) == "ClientError[SlowDown]"
     assert error_kind(ValueError("x")) == "ValueError"
 
+    class GenericError(Exception):  # obstore's, which quotes the S3 error body in its text
+        pass
+
+    assert error_kind(GenericError(
+        "Error performing PUT http://h/b/k - Server returned non-2xx status code: 503 Service "
+        "Unavailable: <Error><Code>SlowDown</Code><Message>Please reduce</Message></Error>"
+    )) == "GenericError[SlowDown]"
+
 
 # -- counters ------------------------------------------------------------------------------
 

@@ -1,0 +1,251 @@
+"""one_part_client: the small files of a copy_files onto S3 sent by obstore, retried by retryfs.
+
+Faults are injected in the HTTP answers the S3 endpoint gives, so obstore raises its own
+errors; each test counts the requests and bytes the faults cost.
+"""
+
+import hashlib
+import os
+import pickle
+from datetime import timedelta
+
+import pyarrow.fs as pafs
+import pytest
+
+import retryfs
+from retryfs import RetryingFileSystem
+from retryfs.arrow.filesystem import _one_part_client
+from retryfs.arrow.obstore_put import obstore_options, obstore_put_client
+from retryfs.testing import S3Fault
+
+obstore = pytest.importorskip("obstore")
+from obstore.exceptions import PermissionDeniedError  # noqa: E402
+
+FAST = {"retry_initial_delay": "0.001", "retry_max_delay": "0.002", "retry_jitter": "false",
+        "retry_budget": "false"}
+SIZES = {"a.bin": 70_000, "b.bin": 140_000, "c.bin": 210_000, "d.bin": 280_000}
+
+
+def _tree(tmp_path, sizes=SIZES):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, size in sizes.items():
+        (src / name).write_bytes(os.urandom(size))
+    return src
+
+
+def _intact(ep, bucket, prefix, src):
+    for path in src.iterdir():
+        stored = ep.get_object(bucket, f"{prefix}/{path.name}")
+        assert hashlib.sha256(stored).digest() == hashlib.sha256(path.read_bytes()).digest()
+
+
+def _copy(ep, bucket, src, prefix="t", **params):
+    fs, path = retryfs.from_uri(ep.uri(f"{bucket}/{prefix}", **{**FAST, **params}))
+    pafs.copy_files(str(src), path, destination_filesystem=fs)
+    return fs
+
+
+def _chunked(record):
+    return record.headers.get("content-encoding") == "aws-chunked"
+
+
+def test_from_uri_sends_each_small_file_of_a_tree_copy_as_one_obstore_put(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    ep = s3_fault_endpoint
+    src = _tree(tmp_path, {**SIZES, "big.bin": 6 << 20})
+    _copy(ep, s3_fault_bucket, src)
+    _intact(ep, s3_fault_bucket, "t", src)
+    puts = ep.requests(op="PutObject")
+    # obstore's: a plain signed body (no aws-chunked framing, no CRC trailer), the bytes alone
+    assert sorted(r.key for r in puts) == [f"t/{n}" for n in sorted(SIZES)]
+    assert not any(_chunked(r) for r in puts)
+    assert {r.key: r.request_bytes for r in puts} == {f"t/{n}": s for n, s in SIZES.items()}
+    # the 6 MiB file is pyarrow's multipart upload, as before
+    assert len(ep.requests(op="CreateMultipartUpload")) == 1
+    # the parameter makes the difference: with arrow, the AWS SDK sends them
+    ep.reset_record()
+    _copy(ep, s3_fault_bucket, src, prefix="arrow", retry_one_part_client="arrow")
+    _intact(ep, s3_fault_bucket, "arrow", src)
+    puts = ep.requests(op="PutObject")
+    assert len(puts) == len(SIZES) and all(_chunked(r) for r in puts)
+
+
+@pytest.mark.parametrize("fault, throttled, kind", [
+    (S3Fault.slow_down, 1, "GenericError[SlowDown]"),
+    (S3Fault.internal_error, 0, "GenericError[InternalError]"),
+    (S3Fault.reset, 0, "GenericError")])
+def test_a_failed_put_is_retried_by_retryfs_and_costs_its_own_bytes(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path, fault, throttled, kind):
+    ep = s3_fault_endpoint
+    src = _tree(tmp_path)
+    failed = ep.add_fault(fault(op="PutObject", path=f"{s3_fault_bucket}/t/c.bin", nth=1))
+    fs = _copy(ep, s3_fault_bucket, src)
+    _intact(ep, s3_fault_bucket, "t", src)
+    assert ep.fired(failed) == 1
+    puts = ep.requests(op="PutObject")
+    # obstore's own retries are off: one request per attempt, retryfs's one retry
+    assert sorted(r.key for r in puts) == sorted(
+        [f"t/{n}" for n in SIZES] + ["t/c.bin"])
+    assert sum(r.request_bytes for r in puts) == sum(SIZES.values()) + SIZES["c.bin"]
+    snapshot = fs.stats.snapshot()["by_operation"]["copy_files"]
+    assert snapshot["retries"] == 1 and snapshot["throttled"] == throttled
+    assert set(snapshot["errors"]) == {kind}  # obstore's exception, kept, and its S3 code
+
+
+def test_a_denied_put_raises_obstore_s_error_and_is_sent_once(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    ep = s3_fault_endpoint
+    src = _tree(tmp_path)
+    denied = ep.add_fault(S3Fault.access_denied(op="PutObject", path=f"{s3_fault_bucket}/t/b.bin"))
+    with pytest.raises(PermissionDeniedError, match="AccessDenied"):
+        _copy(ep, s3_fault_bucket, src)
+    assert ep.fired(denied) == 1
+    assert [r.key for r in ep.requests(op="PutObject")].count("t/b.bin") == 1
+
+
+def test_an_acknowledged_put_that_was_lost_is_found_by_the_check_and_sent_again(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    ep = s3_fault_endpoint
+    src = _tree(tmp_path)
+    lost = ep.add_fault(S3Fault.lost(op="PutObject", path=f"{s3_fault_bucket}/t/d.bin", nth=1))
+    _copy(ep, s3_fault_bucket, src)
+    _intact(ep, s3_fault_bucket, "t", src)
+    assert ep.fired(lost) == 1
+    assert [r.key for r in ep.requests(op="PutObject")].count("t/d.bin") == 2
+
+
+def _writer(ep):
+    s3 = ep.pyarrow_fs()
+    built = obstore_put_client(s3, _one_part_client(s3))
+    assert isinstance(built, pafs.PyFileSystem)
+    return built
+
+
+def test_a_stream_that_grows_past_one_part_goes_on_as_a_pyarrow_upload(
+        s3_fault_endpoint, s3_fault_bucket):
+    ep = s3_fault_endpoint
+    first, second = os.urandom(3 << 20), os.urandom(3 << 20)
+    with _writer(ep).open_output_stream(f"{s3_fault_bucket}/grown.bin") as out:
+        out.write(first)
+        assert ep.requests() == []  # held, nothing sent yet
+        out.write(second)
+    assert ep.get_object(s3_fault_bucket, "grown.bin") == first + second
+    # sent by pyarrow's one-part client (one PutObject below its part threshold), framed as
+    # the AWS SDK frames a body: the held bytes and the rest, once
+    (put,) = ep.requests()
+    assert put.op == "PutObject" and _chunked(put)
+    assert len(first + second) < put.request_bytes <= len(first + second) * 1.001
+
+
+def test_a_stream_with_metadata_is_pyarrow_s(s3_fault_endpoint, s3_fault_bucket):
+    ep = s3_fault_endpoint
+    with _writer(ep).open_output_stream(f"{s3_fault_bucket}/typed.txt",
+                                        metadata={"Content-Type": "text/plain"}) as out:
+        out.write(b"hello")
+    assert ep.get_object(s3_fault_bucket, "typed.txt") == b"hello"
+    (put,) = ep.requests(op="PutObject")
+    assert _chunked(put) and put.headers["content-type"] == "text/plain"
+
+
+def test_a_stream_dropped_unclosed_sends_nothing_and_closing_twice_sends_once(
+        s3_fault_endpoint, s3_fault_bucket):
+    ep = s3_fault_endpoint
+    writer = _writer(ep)
+    out = writer.open_output_stream(f"{s3_fault_bucket}/dropped.bin")
+    out.write(b"x" * 1000)
+    del out
+    assert ep.requests() == [] and ep.keys(s3_fault_bucket) == []
+    out = writer.open_output_stream(f"{s3_fault_bucket}/once.bin")
+    out.write(b"y" * 1000)
+    out.close()
+    out.close()
+    assert len(ep.requests(op="PutObject")) == 1
+    with pytest.raises(ValueError, match="bucket/key"):
+        writer.open_output_stream(s3_fault_bucket)
+
+
+def test_a_forked_child_of_a_process_that_put_through_obstore_puts_through_pyarrow(
+        s3_fault_endpoint, s3_fault_bucket):
+    """obstore's runtime threads do not cross a fork: a put from the child would never return
+    (it hung here before the fallback)."""
+    ep = s3_fault_endpoint
+    writer = _writer(ep)
+    with writer.open_output_stream(f"{s3_fault_bucket}/parent.bin") as out:
+        out.write(b"p" * 100)
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            with writer.open_output_stream(f"{s3_fault_bucket}/child.bin") as out:
+                out.write(b"c" * 100)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ep.get_object(s3_fault_bucket, "child.bin") == b"c" * 100
+    parent, child = ep.requests(op="PutObject")
+    assert not _chunked(parent) and _chunked(child)  # obstore's, then pyarrow's
+
+
+def test_the_choice_travels_by_pickle_and_auto_falls_back_where_obstore_cannot_go(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    ep = s3_fault_endpoint
+    fs, _ = retryfs.from_uri(ep.uri(f"{s3_fault_bucket}/t"))
+    assert fs.retry_config.one_part_client == "auto"
+    again = pickle.loads(pickle.dumps(fs))
+    assert again.retry_config.one_part_client == "auto"
+    assert again._retry_handler.writer_for(10).type_name == "py::retryfs-obstore-put"
+    # no explicit credentials: the AWS SDK's chain is not obstore's, pyarrow keeps the files
+    chain = pafs.S3FileSystem(region=ep.region, scheme="http", endpoint_override=ep.endpoint)
+    auto = RetryingFileSystem(chain, client_attempts=1, one_part_client="auto")
+    assert auto._retry_handler.writer_for(10).type_name == "s3"
+    with pytest.raises(ValueError, match="one_part_client='obstore'.*credentials"):
+        RetryingFileSystem(chain, client_attempts=1, one_part_client="obstore")
+
+
+def test_one_part_client_is_checked_when_the_wrapper_is_built(s3_fault_endpoint, monkeypatch):
+    with pytest.raises(ValueError, match="one_part_client"):
+        RetryingFileSystem(pafs.LocalFileSystem(), one_part_client="fast")
+    with pytest.raises(ValueError, match="one_part_client='obstore' needs"):
+        RetryingFileSystem(pafs.LocalFileSystem(), one_part_client="obstore")
+    with pytest.raises(ValueError, match="one_part_client='obstore' needs"):  # its own client
+        RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(), one_part_client="obstore")
+    built = RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(), client_attempts=1,
+                               one_part_client="obstore")
+    assert built._retry_handler.writer_for(10).type_name == "py::retryfs-obstore-put"
+    assert built._retry_handler.writer_for(6 << 20).type_name == "s3"  # not one part
+    monkeypatch.setitem(__import__("sys").modules, "obstore.store", None)
+    with pytest.raises(ValueError, match="obstore is not installed"):
+        RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(), client_attempts=1,
+                           one_part_client="obstore")
+
+
+@pytest.mark.parametrize("options, missing", [
+    ({"role_arn": "arn:aws:iam::1:role/r", "access_key": None, "secret_key": None}, "role_arn"),
+    ({"proxy_options": {"scheme": "http", "host": "proxy", "port": 3128}}, "proxy_options"),
+    ({"default_metadata": {"x": "y"}}, "default_metadata"),
+    ({"access_key": None, "secret_key": None}, "credentials")])
+def test_settings_obstore_cannot_take_are_named(options, missing):
+    base = {"access_key": "k", "secret_key": "s", "region": "eu-west-1"}
+    s3 = pafs.S3FileSystem(**{k: v for k, v in {**base, **options}.items() if v is not None})
+    assert missing in obstore_options(s3)
+
+
+def test_the_client_s_settings_carry_over():
+    mapped = obstore_options(pafs.S3FileSystem(
+        access_key="k", secret_key="s", session_token="t", region="eu-west-1",
+        endpoint_override="store.example:9000", scheme="http", request_timeout=7,
+        connect_timeout=2))
+    assert mapped["config"] == {
+        "region": "eu-west-1", "access_key_id": "k", "secret_access_key": "s",
+        "session_token": "t", "endpoint": "http://store.example:9000",
+        "virtual_hosted_style_request": False}
+    assert mapped["client_options"] == {"allow_http": True, "timeout": timedelta(seconds=7),
+                                        "connect_timeout": timedelta(seconds=2)}
+    assert mapped["retry_config"]["max_retries"] == 0  # retryfs retries
+    aws = obstore_options(pafs.S3FileSystem(anonymous=True, region="us-east-2"))
+    assert aws["config"] == {"region": "us-east-2", "skip_signature": True,
+                             "virtual_hosted_style_request": True}
+    assert aws["client_options"] == {"timeout": timedelta(hours=1)}
