@@ -63,8 +63,8 @@ DEFAULT_SPOOL_MEMORY = 32 * 1024 * 1024
 #: The most attempts the storage client may make inside one retryfs attempt.
 CLIENT_ATTEMPTS_MAX = 100
 BACKENDS = ("auto", "arrow", "fsspec")
-#: What may send the one-part files of a ``copy_files`` onto pyarrow's S3
-#: (`retryfs.arrow.obstore_put`): pyarrow's own client, obstore, or obstore where it can.
+#: What may carry the small files of a ``copy_files`` to and from pyarrow's S3
+#: (`retryfs.arrow.obstore_small`): pyarrow's own client, obstore, or obstore where it can.
 ONE_PART_CLIENTS = ("arrow", "obstore", "auto")
 OnePartClient = Literal["arrow", "obstore", "auto"]
 _PREFIX = "retry_"
@@ -124,8 +124,8 @@ class WrapperConfig:
       (1 to 100, or None: leave the client's own retries alone), ``client_write_attempts``
       (the same for the requests of write streams; None: 3 when ``client_attempts`` is set, so
       that the SDK re-sends a failed part alone), ``one_part_client`` (``"arrow"``,
-      ``"obstore"`` or ``"auto"``: the client that sends the files of a ``copy_files`` onto
-      pyarrow's S3 smaller than one part, see `retryfs.arrow.obstore_put`).
+      ``"obstore"`` or ``"auto"``: the client that carries the small files of a
+      ``copy_files`` to and from pyarrow's S3, see `retryfs.arrow.obstore_small`).
     - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
       each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
       its bytes in flight at ``min_throughput`` (both faces; the async face's writers are not
@@ -620,9 +620,10 @@ def _build_parameters() -> dict[str, Parameter]:
         "stream; every request of an upload is tried up to this x the write policy's attempts")
     params["one_part_client"] = Parameter(
         "one_part_client", _one_part_client, "auto (from_uri), arrow", "arrow",
-        "what sends the files of a copy_files onto pyarrow's S3 smaller than one part (5 MiB): "
-        "`obstore` (one PutObject each, at a sixth of the AWS SDK's CPU), `arrow` (pyarrow's "
-        "client), `auto` (obstore when it is installed and the client's settings carry over)")
+        "what carries the small files of a copy_files to and from pyarrow's S3 (under 5 MiB "
+        "up, up to 1 MiB down): `obstore` (one PutObject or GetObject each, at a sixth of the "
+        "AWS SDK's CPU), `arrow` (pyarrow's client), `auto` (obstore when it is installed and "
+        "the client's settings carry over)")
     params["retryable_messages"] = Parameter(
         "retryable_messages", _messages, "(none)", "Connection%20closed%7CAWS%20Error%20UNKNOWN",
         "extra error texts that mean transient, separated by `|` (or repeat the parameter)",

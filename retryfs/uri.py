@@ -165,9 +165,9 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     `WrapperConfig`) and the options (the fields of `WrapperConfig`, each described there)
     are the code's settings, an option given over ``config`` (a complete value: the
     environment does not fill it in). Not given, ``client_attempts`` is 1: retryfs is the only
-    retry layer, and ``one_part_client`` is ``"auto"``: the small files of a ``copy_files`` onto
-    S3 go through obstore when it is installed and the client's settings carry over
-    (`retryfs.arrow.obstore_put`). The spellings of 0.1.0 (``native_attempts``...) still work,
+    retry layer, and ``one_part_client`` is ``"auto"``: the small files of a ``copy_files`` to and
+    from S3 go through obstore when it is installed and the client's settings carry over
+    (`retryfs.arrow.obstore_small`). The spellings of 0.1.0 (``native_attempts``...) still work,
     with a ``DeprecationWarning``.
 
     Precedence, lowest first: built-in defaults, ``RETRYFS_*`` environment variables, code,

@@ -73,7 +73,7 @@ from retryfs.patches import s3fs_one_try
 from retryfs.patches.s3fs_parts import retry_parts_in_place, with_parts_in_flight
 
 from .fsspec_adapter import FsspecHandler
-from .obstore_put import obstore_put_client
+from .obstore_small import ObstoreSmallFiles, obstore_small_client
 
 __all__ = ["RetryingFileSystem", "RetryingHandler", "as_arrow_filesystem"]
 
@@ -545,13 +545,25 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
     def writer_for(self, size: int | None) -> pafs.FileSystem:
         """The filesystem that opens the output stream of a file of ``size`` bytes in a
         ``copy_files``: for a one-part file when retryfs built the write client,
-        `_one_part_client`, or obstore's (`retryfs.arrow.obstore_put`, by
+        `_one_part_client`, or obstore's (`retryfs.arrow.obstore_small`, by
         ``one_part_client``); else `writer`."""
         if size is None or size >= ONE_PART or self.writer is self.inner:
             return self.writer
         if self._one_part_writer is None:  # built once, on first use (a race builds two)
             self._one_part_writer = self._one_part()
         return self._one_part_writer
+
+    def small_files_reader(self) -> Callable[[str, pafs.FileSystem, str], int] | None:
+        """What downloads a small file whole (`ObstoreSmallFiles.fetch`) when obstore writes
+        the small files (``one_part_client``) and can be used from this process; else None
+        (Arrow's one-file copy)."""
+        if (self.retry_config.one_part_client == "arrow" or self.writer is self.inner
+                or not isinstance(self.inner, pafs.S3FileSystem)):
+            return None
+        handler = getattr(self.writer_for(0), "handler", None)
+        if isinstance(handler, ObstoreSmallFiles) and handler.usable():
+            return handler.fetch
+        return None
 
     def _one_part(self) -> pafs.FileSystem:
         """The one-part writer ``one_part_client`` asks for: `_one_part_client`, or obstore's
@@ -560,7 +572,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         choice = self.retry_config.one_part_client
         if choice == "arrow":
             return arrow
-        built = obstore_put_client(self.writer, arrow)
+        built = obstore_small_client(self.writer, arrow)
         if isinstance(built, str):
             if choice == "obstore":
                 raise ValueError(f"one_part_client='obstore': cannot be used here: {built}")

@@ -156,6 +156,8 @@ TRANSIENT_TEXT = (
     # body was cut, "Error performing PUT ... - HTTP error: error sending request"
     "error sending request", "error decoding response body",
     "connection closed before message completed",
+    # ... and a GET whose body was cut short ("HTTP error: request or response body error")
+    "request or response body error",
 )
 PERMANENT_TEXT = (
     "AWS Error ACCESS_DENIED", "AWS Error NO_SUCH_BUCKET", "AWS Error NO_SUCH_KEY",

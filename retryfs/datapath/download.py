@@ -100,6 +100,7 @@ class DownloadSource(Protocol):
     def resumable_input(self, operation: str, path: str, *,
                         seekable: bool) -> ResumableInputFile: ...
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]: ...
+    def small_files_reader(self) -> Callable[[str, pafs.FileSystem, str], int] | None: ...
 
 
 def download_single_file(handler: DownloadSource, source: str, destination_fs: pafs.FileSystem,
@@ -214,9 +215,11 @@ def _download(handler: DownloadSource, source: str, destination_fs: pafs.FileSys
               destination: str, buffer_size: int, size: int | None,
               share: Callable[[], int] = _whole_window) -> None:
     if _copied_whole(handler, destination_fs, size):
+        fetch = handler.small_files_reader()  # obstore's GetObject (one_part_client)
+        attempt = (functools.partial(_fetched, fetch, source, destination_fs) if fetch
+                   else functools.partial(_arrow_copy, handler.inner, source, destination_fs))
         handler.retrier.call("read", source, written_whole, destination_fs, destination,
-                             functools.partial(_arrow_copy, handler.inner, source,
-                                               destination_fs), _NEVER)
+                             attempt, _NEVER)
         return
     window = _window(handler.inner, buffer_size, size)
 
@@ -253,6 +256,13 @@ def _arrow_copy(source_fs: pafs.FileSystem, source: str, destination_fs: pafs.Fi
     found). Arrow reads into one buffer again and again; 0: the bytes are not counted."""
     _arrow_copy_file(source_fs, source, destination_fs, target, WHOLE_FILE, False)
     return 0
+
+
+def _fetched(fetch: Callable[[str, pafs.FileSystem, str], int], source: str,
+             destination_fs: pafs.FileSystem, target: str, beside: bool) -> int:
+    """One attempt of `_copied_whole` through obstore (`retryfs.arrow.obstore_small`): one
+    GetObject of the whole object, no HeadObject, into ``target`` (beside)."""
+    return fetch(source, destination_fs, target)
 
 
 def _window(fs: pafs.FileSystem, buffer_size: int, size: int | None) -> int:

@@ -1,33 +1,40 @@
-"""The one-part files of a ``copy_files`` onto S3, sent by obstore (``one_part_client``).
+"""The small files of a ``copy_files`` to and from S3, through obstore (``one_part_client``).
 
 A file of a tree copy smaller than one part is one PutObject. Through pyarrow's S3 client that
 request costs 1.5 ms of client CPU for 64 KiB (measured on SeaweedFS, 8 lanes), a quarter of
 it zeroing the 5 MiB part buffer that Arrow's output stream pads at its close; obstore (Rust's
-``object_store``) sends the same PutObject for 0.25 ms. On a checkpoint of many small files the
-client's CPU, not the network, then sets the pace of the copy.
+``object_store``) sends the same PutObject for 0.25 ms. A small file downloaded through pyarrow
+costs a HeadObject (its open) and a GetObject; through obstore, one GetObject. On a checkpoint
+of many small files the client's CPU, not the network, sets the pace of the copy.
 
 With ``one_part_client="obstore"`` (``"auto"``, what `retryfs.from_uri` chooses, when obstore
-is installed and the client's settings carry over), each such file is held in memory as it is
-read (at most one part, `ONE_PART`) and sent at its close as one PutObject by obstore, with
-obstore's own retries off: retryfs retries it as it retries the pyarrow one (its schedules,
-rate limiter, budget, per-attempt timeout), checks it the same way after the commit, and an
-attempt dropped unclosed sends nothing. What does not fit keeps pyarrow's client, so that no
-file is sent differently from what it asked for:
+is installed and the client's settings carry over), obstore's own retries off:
+
+- **uploads**: each file smaller than one part (`ONE_PART`) is held in memory as it is read and
+  sent at its close as one PutObject. retryfs retries it as it retries the pyarrow one (its
+  schedules, rate limiter, budget, per-attempt timeout) and checks it the same way after the
+  commit; an attempt dropped unclosed sends nothing.
+- **downloads** onto a local disk: each file of at most 1 MiB (the whole-file copies of
+  `retryfs.datapath.download`) is one GetObject of the whole object, streamed into the file
+  beside its destination (in chunks: a file that grew since its listing is not held whole),
+  each attempt retried as the operation ``read``.
+
+What does not fit keeps pyarrow's client:
 
 - a file that grew past one part since its listing goes on as a pyarrow S3 stream (the bytes
   held so far written into it first), a multipart upload as before;
 - a file with metadata to set (an S3 source's ``Content-Type``...) is a pyarrow stream;
-- in a process forked from one that had sent through obstore (a ``fork`` DataLoader worker,
-  ``multiprocessing`` with fork), pyarrow's client sends: obstore's runtime threads are not in
-  the child, and a put there would never return;
+- in a process forked from one that had used obstore (a ``fork`` DataLoader worker,
+  ``multiprocessing`` with fork), pyarrow's client is used: obstore's runtime threads are not in
+  the child, and a request there would never return;
 - settings that obstore cannot be given the same way (no explicit keys and not anonymous: the
   AWS SDK's credential chain, with its profiles and roles, is not obstore's; ``role_arn``, a
   proxy, a CA file, default metadata, an unknown region) leave every file to pyarrow
   (``"auto"``) or are a ``ValueError`` naming what does not carry over (``"obstore"``).
 
 obstore's errors reach the caller as obstore raises them (``obstore.exceptions``: a 403 is a
-``PermissionDeniedError``, a missing bucket a ``FileNotFoundError``); `retryfs.core.classify`
-reads their status and text.
+``PermissionDeniedError``, a missing object or bucket a ``NotFoundError``, which is a
+``FileNotFoundError``); `retryfs.core.classify` reads their status and text.
 """
 
 from __future__ import annotations
@@ -42,7 +49,10 @@ import pyarrow.fs as pafs
 
 from retryfs.datapath.iopool import ONE_PART
 
-__all__ = ["ObstorePut", "obstore_options", "obstore_put_client"]
+__all__ = ["ObstoreSmallFiles", "obstore_options", "obstore_small_client"]
+
+#: About the most bytes of a download `ObstoreSmallFiles.fetch` holds before it writes them.
+FETCH_CHUNK = 1 << 20
 
 #: The request timeout obstore is given when the pyarrow client has none (obstore's own default
 #: is 30 s, too short for 5 MiB on a slow link): retryfs's ``write_timeout`` bounds an attempt.
@@ -99,11 +109,11 @@ def obstore_options(s3: pafs.S3FileSystem) -> dict[str, Any] | str:
             "retry_config": {"max_retries": 0, "retry_timeout": timedelta(seconds=1)}}
 
 
-def obstore_put_client(s3: pafs.S3FileSystem, arrow: pafs.FileSystem
-                       ) -> pafs.FileSystem | str:
-    """A filesystem whose output streams send through obstore what fits one part (`ObstorePut`),
-    the rest through ``arrow``; or why it cannot be built (obstore missing, or what of ``s3``
-    does not carry over), as text."""
+def obstore_small_client(s3: pafs.S3FileSystem, arrow: pafs.FileSystem
+                         ) -> pafs.FileSystem | str:
+    """A filesystem (`ObstoreSmallFiles`) whose output streams send through obstore what fits
+    one part, the rest through ``arrow``; or why it cannot be built (obstore missing, or what
+    of ``s3`` does not carry over), as text."""
     try:
         import obstore.store  # noqa: F401 - an optional dependency
     except ImportError:
@@ -111,7 +121,7 @@ def obstore_put_client(s3: pafs.S3FileSystem, arrow: pafs.FileSystem
     options = obstore_options(s3)
     if isinstance(options, str):
         return options
-    return pafs.PyFileSystem(ObstorePut(options, arrow))
+    return pafs.PyFileSystem(ObstoreSmallFiles(options, arrow))
 
 
 #: The process in which obstore's runtime (tokio's threads) was started by a put, if any.
@@ -128,11 +138,11 @@ def _runtime_here() -> bool:
     return _RUNTIME_PID == os.getpid()
 
 
-class ObstorePut(pafs.FileSystemHandler):  # type: ignore[misc]
+class ObstoreSmallFiles(pafs.FileSystemHandler):  # type: ignore[misc]
     """A write-only filesystem (``bucket/key`` paths): output streams that hold what is written,
     one part at most, and send it as one obstore PutObject at their close; past one part, with
-    metadata, or in a forked child of a process that sent through obstore, an ``arrow``
-    stream. One store per bucket and process."""
+    metadata, or in a forked child of a process that used obstore, an ``arrow`` stream. And
+    `fetch`, a whole object into a local file. One store per bucket and process."""
 
     def __init__(self, options: dict[str, Any], arrow: pafs.FileSystem) -> None:
         self._options = options
@@ -155,10 +165,28 @@ class ObstorePut(pafs.FileSystemHandler):  # type: ignore[misc]
     def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
         if metadata or not _runtime_here():
             return self.arrow.open_output_stream(path, metadata=metadata)
-        bucket, _, key = path.partition("/")
-        if not bucket or not key:
-            raise ValueError(f"path: expected 'bucket/key', got {path!r}")
+        bucket, key = _bucket_and_key(path)
         return pa.PythonFile(_PutOnClose(self, path, bucket, key), mode="w")
+
+    def usable(self) -> bool:
+        """Whether obstore can be used from this process (not a fork of one that used it)."""
+        return _runtime_here()
+
+    def fetch(self, path: str, destination_fs: pafs.FileSystem, target: str) -> int:
+        """The object at ``path`` (one GetObject of it whole) written into a new file
+        ``target`` of ``destination_fs``, in chunks of about `FETCH_CHUNK` bytes as they
+        arrive; the bytes written. A failure leaves ``target`` partly written: the caller writes
+        it beside its destination and removes it."""
+        import obstore
+
+        bucket, key = _bucket_and_key(path)
+        result = obstore.get(self.store(bucket), key)
+        written = 0
+        with destination_fs.open_output_stream(target) as out:
+            for chunk in result.stream(min_chunk_size=FETCH_CHUNK):
+                out.write(chunk)
+                written += len(chunk)
+        return written
 
     # -- what a FileSystemHandler must have; only output streams are asked of this one -----
     def get_type_name(self) -> str:
@@ -181,10 +209,17 @@ class ObstorePut(pafs.FileSystemHandler):  # type: ignore[misc]
     copy_file = open_input_stream = open_input_file = open_append_stream = _write_only
 
 
-class _PutOnClose:
-    """The Python side of one output stream of `ObstorePut`."""
+def _bucket_and_key(path: str) -> tuple[str, str]:
+    bucket, _, key = path.partition("/")
+    if not bucket or not key:
+        raise ValueError(f"path: expected 'bucket/key', got {path!r}")
+    return bucket, key
 
-    def __init__(self, owner: ObstorePut, path: str, bucket: str, key: str) -> None:
+
+class _PutOnClose:
+    """The Python side of one output stream of `ObstoreSmallFiles`."""
+
+    def __init__(self, owner: ObstoreSmallFiles, path: str, bucket: str, key: str) -> None:
         self._owner, self._path, self._bucket, self._key = owner, path, bucket, key
         self._held: list[Any] = []  # the Buffers written (never reused by their writer)
         self._size = 0

@@ -1,4 +1,4 @@
-"""one_part_client: the small files of a copy_files onto S3 sent by obstore, retried by retryfs.
+"""one_part_client: the small files of a copy_files to and from S3 through obstore, retried by retryfs.
 
 Faults are injected in the HTTP answers the S3 endpoint gives, so obstore raises its own
 errors; each test counts the requests and bytes the faults cost.
@@ -15,7 +15,7 @@ import pytest
 import retryfs
 from retryfs import RetryingFileSystem
 from retryfs.arrow.filesystem import _one_part_client
-from retryfs.arrow.obstore_put import obstore_options, obstore_put_client
+from retryfs.arrow.obstore_small import obstore_options, obstore_small_client
 from retryfs.testing import S3Fault
 
 obstore = pytest.importorskip("obstore")
@@ -117,7 +117,7 @@ def test_an_acknowledged_put_that_was_lost_is_found_by_the_check_and_sent_again(
 
 def _writer(ep):
     s3 = ep.pyarrow_fs()
-    built = obstore_put_client(s3, _one_part_client(s3))
+    built = obstore_small_client(s3, _one_part_client(s3))
     assert isinstance(built, pafs.PyFileSystem)
     return built
 
@@ -249,3 +249,73 @@ def test_the_client_s_settings_carry_over():
     assert aws["config"] == {"region": "us-east-2", "skip_signature": True,
                              "virtual_hosted_style_request": True}
     assert aws["client_options"] == {"timeout": timedelta(hours=1)}
+
+
+# -- downloads -----------------------------------------------------------------------------
+
+def _stored_tree(ep, bucket, sizes):
+    data = {name: os.urandom(size) for name, size in sizes.items()}
+    for name, body in data.items():
+        ep.put_object(bucket, f"t/{name}", body)
+    return data
+
+
+def _download(ep, bucket, tmp_path, **params):
+    fs, path = retryfs.from_uri(ep.uri(f"{bucket}/t", **{**FAST, **params}))
+    out = tmp_path / "out"
+    ep.reset_record()
+    pafs.copy_files(path, str(out), source_filesystem=fs)
+    return fs, out
+
+
+def test_a_small_file_downloads_in_one_get_and_a_large_one_resumably(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    ep = s3_fault_endpoint
+    data = _stored_tree(ep, s3_fault_bucket, {**SIZES, "big.bin": 3 << 20})
+    _, out = _download(ep, s3_fault_bucket, tmp_path)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == data
+    gets = ep.requests(op="GetObject")
+    small = [r for r in gets if r.key != "t/big.bin"]
+    # one GetObject of each small file, whole (no Range), and no HeadObject for it
+    assert sorted(r.key for r in small) == [f"t/{n}" for n in sorted(SIZES)]
+    assert not any("range" in r.headers for r in small)
+    heads = [r.key for r in ep.requests(op="HeadObject")]
+    assert heads == ["t", "t/big.bin"]  # copy_files asks what "t" is; pyarrow's open
+    # with arrow, Arrow's one-file copy opens each with a HeadObject
+    _, out = _download(ep, s3_fault_bucket, tmp_path / "arrow", retry_one_part_client="arrow")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == data
+    assert len(ep.requests(op="HeadObject")) == len(heads) + len(SIZES)
+
+
+@pytest.mark.parametrize("fault, kind", [
+    (lambda **m: S3Fault.slow_down(**m), "GenericError[SlowDown]"),
+    (lambda **m: S3Fault.reset(**m), "GenericError"),
+    (lambda **m: S3Fault.truncate(keep_bytes=1000, **m), "GenericError")])
+def test_a_failed_get_is_retried_and_costs_one_more_get(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path, fault, kind):
+    ep = s3_fault_endpoint
+    data = _stored_tree(ep, s3_fault_bucket, SIZES)
+    failed = ep.add_fault(fault(op="GetObject", path=f"{s3_fault_bucket}/t/c.bin", nth=1))
+    fs, out = _download(ep, s3_fault_bucket, tmp_path)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == data
+    assert sorted(p.name for p in out.iterdir()) == sorted(SIZES)  # no temporary file left
+    assert ep.fired(failed) == 1
+    gets = ep.requests(op="GetObject")
+    assert sorted(r.key for r in gets) == sorted([f"t/{n}" for n in SIZES] + ["t/c.bin"])
+    # the bytes the server sent: each file once, and what the failed GET sent before it broke
+    sent = sum(r.response_bytes for r in gets)
+    assert sum(SIZES.values()) <= sent <= sum(SIZES.values()) + SIZES["c.bin"]
+    read = fs.stats.snapshot()["by_operation"]["read"]
+    assert read["retries"] == 1 and set(read["errors"]) == {kind}
+
+
+def test_a_missing_object_is_file_not_found_and_asked_once(
+        s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    ep = s3_fault_endpoint
+    _stored_tree(ep, s3_fault_bucket, SIZES)
+    gone = ep.add_fault(S3Fault.no_such_key(op="GetObject", path=f"{s3_fault_bucket}/t/a.bin"))
+    with pytest.raises(FileNotFoundError):
+        _download(ep, s3_fault_bucket, tmp_path)
+    assert ep.fired(gone) == 1
+    assert [r.key for r in ep.requests(op="GetObject")].count("t/a.bin") == 1
+    assert not (tmp_path / "out" / "a.bin").exists()
