@@ -145,3 +145,44 @@ def test_the_write_client_re_sends_a_failed_part_on_the_sdk_s_quick_schedule(
     # framing of each body)
     sent = sum(r.request_bytes for r in parts)
     assert 3 * len(data) <= sent <= 3 * len(data) * 1.001, sent
+
+
+def _sent_body_signatures(endpoint, bucket, monkeypatch, checksums=None, **s3_options):
+    import fsspec
+
+    if checksums is not None:
+        monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", checksums)
+    from retryfs.fsspec.filesystem import RetryFileSystem
+
+    RetryFileSystem.clear_instance_cache()  # a wrapper of the same options is built afresh
+    endpoint.reset_record()
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{bucket}/k",
+                                  s3={**_s3fs_options(endpoint), **s3_options})
+    fs.pipe(f"retry::s3://{bucket}/k", b"x" * 1000)
+    assert endpoint.get_object(bucket, "k") == b"x" * 1000
+    (put,) = endpoint.requests(op="PutObject")
+    return put.headers
+
+
+def test_the_s3fs_client_retryfs_configures_does_not_hash_bodies_over_http(
+        s3_fault_endpoint, s3_fault_bucket, monkeypatch):
+    """Over plain HTTP botocore signs each body's SHA-256 unless told not to; pyarrow's SDK
+    does not. The s3fs client that retryfs configures sends the body unsigned with its CRC32
+    checksum, unless the options say how to sign or checksums are sent only where required
+    (the body would then go with neither)."""
+    ep, bucket = s3_fault_endpoint, s3_fault_bucket
+    headers = _sent_body_signatures(ep, bucket, monkeypatch)
+    assert headers["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD"
+    assert "x-amz-checksum-crc32" in headers
+    signed = _sent_body_signatures(ep, bucket, monkeypatch, checksums="when_required")
+    assert len(signed["x-amz-content-sha256"]) == 64 and "x-amz-checksum-crc32" not in signed
+    chosen = _sent_body_signatures(
+        ep, bucket, monkeypatch, config_kwargs={"s3": {"payload_signing_enabled": True}})
+    assert len(chosen["x-amz-content-sha256"]) == 64
+    # plain s3fs (no retryfs) signs every body over HTTP
+    import s3fs
+
+    ep.reset_record()
+    s3fs.S3FileSystem(**_s3fs_options(ep)).pipe(f"{bucket}/plain", b"y" * 1000)
+    (plain,) = ep.requests(op="PutObject")
+    assert len(plain.headers["x-amz-content-sha256"]) == 64
