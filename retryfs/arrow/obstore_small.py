@@ -54,8 +54,8 @@ __all__ = ["ObstoreSmallFiles", "obstore_options", "obstore_small_client"]
 #: About the most bytes of a download `ObstoreSmallFiles.fetch` holds before it writes them.
 FETCH_CHUNK = 1 << 20
 
-#: The request timeout obstore is given when the pyarrow client has none (obstore's own default
-#: is 30 s, too short for 5 MiB on a slow link): retryfs's ``write_timeout`` bounds an attempt.
+#: obstore's whole-request timeout (its own default is 30 s, too short for 5 MiB on a slow
+#: link): retryfs's ``write_timeout`` bounds an attempt.
 _NO_TIMEOUT = timedelta(hours=1)
 
 
@@ -101,9 +101,14 @@ def obstore_options(s3: pafs.S3FileSystem) -> dict[str, Any] | str:
         client["allow_http"] = config["endpoint"].startswith("http://")
     else:
         config["virtual_hosted_style_request"] = True  # as the AWS SDK addresses AWS
+    # pyarrow's request timeout bounds each wait for the socket, not the whole request:
+    # obstore's read timeout, which resets after each read (its whole-request timeout is off:
+    # retryfs's write_timeout bounds an upload attempt)
+    client["timeout"] = _NO_TIMEOUT
     request, connect = options.get("request_timeout"), options.get("connect_timeout")
-    client["timeout"] = timedelta(seconds=request) if request and request > 0 else _NO_TIMEOUT
-    if connect and connect > 0:  # (pyarrow's -1: not set)
+    if request and request > 0:  # (pyarrow's -1: not set)
+        client["read_timeout"] = timedelta(seconds=request)
+    if connect and connect > 0:
         client["connect_timeout"] = timedelta(seconds=connect)
     return {"config": config, "client_options": client,
             "retry_config": {"max_retries": 0, "retry_timeout": timedelta(seconds=1)}}
@@ -124,14 +129,14 @@ def obstore_small_client(s3: pafs.S3FileSystem, arrow: pafs.FileSystem
     return pafs.PyFileSystem(ObstoreSmallFiles(options, arrow))
 
 
-#: The process in which obstore's runtime (tokio's threads) was started by a put, if any.
+#: The process in which retryfs first used obstore (and so started its runtime), if any.
 _RUNTIME_PID: int | None = None
 
 
 def _runtime_here() -> bool:
-    """Whether obstore can send from this process: not a fork of one whose obstore runtime had
-    started (its threads are not in the child, and a put there never returns). The first put
-    marks the process."""
+    """Whether obstore can be used from this process: not a fork of one whose obstore runtime
+    had started (its threads are not in the child, and a request there never returns). The
+    first use marks the process."""
     global _RUNTIME_PID
     if _RUNTIME_PID is None:
         _RUNTIME_PID = os.getpid()
@@ -152,14 +157,19 @@ class ObstoreSmallFiles(pafs.FileSystemHandler):  # type: ignore[misc]
 
     def store(self, bucket: str) -> Any:
         """The obstore ``S3Store`` of ``bucket`` in this process (a store does not cross a
-        fork)."""
+        fork). A bucket with a dot in its name is addressed by path, as the AWS SDK does: a
+        virtual host of it would not match the TLS certificate of ``*.s3.amazonaws.com``."""
         key = (os.getpid(), bucket)
         with self._lock:
             found = self._stores.get(key)
             if found is None:
                 from obstore.store import S3Store
 
-                found = self._stores[key] = S3Store(bucket, **self._options)
+                options = self._options
+                if "." in bucket:
+                    options = dict(options, config={**options["config"],
+                                                    "virtual_hosted_style_request": False})
+                found = self._stores[key] = S3Store(bucket, **options)
             return found
 
     def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:

@@ -15,7 +15,11 @@ import pytest
 import retryfs
 from retryfs import RetryingFileSystem
 from retryfs.arrow.filesystem import _one_part_client
-from retryfs.arrow.obstore_small import obstore_options, obstore_small_client
+from retryfs.arrow.obstore_small import (
+    ObstoreSmallFiles,
+    obstore_options,
+    obstore_small_client,
+)
 from retryfs.testing import S3Fault
 
 obstore = pytest.importorskip("obstore")
@@ -242,13 +246,18 @@ def test_the_client_s_settings_carry_over():
         "region": "eu-west-1", "access_key_id": "k", "secret_access_key": "s",
         "session_token": "t", "endpoint": "http://store.example:9000",
         "virtual_hosted_style_request": False}
-    assert mapped["client_options"] == {"allow_http": True, "timeout": timedelta(seconds=7),
-                                        "connect_timeout": timedelta(seconds=2)}
+    assert mapped["client_options"] == {
+        "allow_http": True, "timeout": timedelta(hours=1), "read_timeout": timedelta(seconds=7),
+        "connect_timeout": timedelta(seconds=2)}
     assert mapped["retry_config"]["max_retries"] == 0  # retryfs retries
     aws = obstore_options(pafs.S3FileSystem(anonymous=True, region="us-east-2"))
     assert aws["config"] == {"region": "us-east-2", "skip_signature": True,
                              "virtual_hosted_style_request": True}
     assert aws["client_options"] == {"timeout": timedelta(hours=1)}
+    # a bucket with a dot is addressed by path (its virtual host fails the TLS certificate)
+    handler = ObstoreSmallFiles(aws, pafs.LocalFileSystem())
+    assert handler.store("my.bucket").config["virtual_hosted_style_request"] == "false"
+    assert handler.store("plain").config["virtual_hosted_style_request"] == "true"
 
 
 # -- downloads -----------------------------------------------------------------------------
