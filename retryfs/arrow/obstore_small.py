@@ -200,7 +200,7 @@ class ObstoreSmallFiles(pafs.FileSystemHandler):  # type: ignore[misc]
 
     # -- what a FileSystemHandler must have; only output streams are asked of this one -----
     def get_type_name(self) -> str:
-        return "retryfs-obstore-put"
+        return "retryfs-obstore-small-files"
 
     def __eq__(self, other: object) -> bool:
         return self is other
@@ -212,7 +212,8 @@ class ObstoreSmallFiles(pafs.FileSystemHandler):  # type: ignore[misc]
         return path
 
     def _write_only(self, *args: Any) -> Any:
-        raise NotImplementedError("retryfs's obstore writer only opens output streams")
+        raise NotImplementedError(
+            "retryfs's obstore client of small files only opens output streams")
 
     get_file_info = get_file_info_selector = create_dir = delete_dir = _write_only
     delete_dir_contents = delete_root_dir_contents = delete_file = move = _write_only

@@ -1,4 +1,4 @@
-"""one_part_client: the small files of a copy_files to and from S3 through obstore, retried by retryfs.
+"""one_part_client: the small files of a copy_files to and from S3 go through obstore.
 
 Faults are injected in the HTTP answers the S3 endpoint gives, so obstore raises its own
 errors; each test counts the requests and bytes the faults cost.
@@ -200,7 +200,7 @@ def test_the_choice_travels_by_pickle_and_auto_falls_back_where_obstore_cannot_g
     assert fs.retry_config.one_part_client == "auto"
     again = pickle.loads(pickle.dumps(fs))
     assert again.retry_config.one_part_client == "auto"
-    assert again._retry_handler.writer_for(10).type_name == "py::retryfs-obstore-put"
+    assert again._retry_handler.writer_for(10).type_name == "py::retryfs-obstore-small-files"
     # no explicit credentials: the AWS SDK's chain is not obstore's, pyarrow keeps the files
     chain = pafs.S3FileSystem(region=ep.region, scheme="http", endpoint_override=ep.endpoint)
     auto = RetryingFileSystem(chain, client_attempts=1, one_part_client="auto")
@@ -218,7 +218,7 @@ def test_one_part_client_is_checked_when_the_wrapper_is_built(s3_fault_endpoint,
         RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(), one_part_client="obstore")
     built = RetryingFileSystem(s3_fault_endpoint.pyarrow_fs(), client_attempts=1,
                                one_part_client="obstore")
-    assert built._retry_handler.writer_for(10).type_name == "py::retryfs-obstore-put"
+    assert built._retry_handler.writer_for(10).type_name == "py::retryfs-obstore-small-files"
     assert built._retry_handler.writer_for(6 << 20).type_name == "s3"  # not one part
     monkeypatch.setitem(__import__("sys").modules, "obstore.store", None)
     with pytest.raises(ValueError, match="obstore is not installed"):
