@@ -328,3 +328,26 @@ def test_a_missing_object_is_file_not_found_and_asked_once(
     assert ep.fired(gone) == 1
     assert [r.key for r in ep.requests(op="GetObject")].count("t/a.bin") == 1
     assert not (tmp_path / "out" / "a.bin").exists()
+
+
+def test_hostile_names_keep_their_keys_both_ways(s3_fault_endpoint, s3_fault_bucket, tmp_path):
+    """obstore's paths are its own type: each name below must still be its exact S3 key, up
+    and down, and go through obstore (no aws-chunked body)."""
+    ep = s3_fault_endpoint
+    names = ["a b.bin", "ü-ß.bin", "pct%41.bin", "plus+x.bin", "semi;colon.bin", "q?x.bin",
+             "hash#x.bin", "star*.bin", "back\\slash.bin", ".hidden", "x" * 250,
+             "sub/.. /x"]
+    src = tmp_path / "src"
+    for name in names:
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(name.encode())
+    _copy(ep, s3_fault_bucket, src)
+    assert {f"t/{n}" for n in names} <= set(ep.keys(s3_fault_bucket))
+    puts = ep.requests(op="PutObject")
+    assert sorted(r.key for r in puts if not r.key.endswith("/")) == sorted(
+        f"t/{n}" for n in names)
+    assert not any(_chunked(r) for r in puts if not r.key.endswith("/"))
+    _, out = _download(ep, s3_fault_bucket, tmp_path)
+    for name in names:
+        assert (out / name).read_bytes() == name.encode()
+    assert not any(r.key.removeprefix("t/") in names for r in ep.requests(op="HeadObject"))
