@@ -494,20 +494,21 @@ def _client_attempts(value: Any) -> int | None:
     return _int(value, high=CLIENT_ATTEMPTS_MAX)
 
 
-def _one_part_client(value: Any) -> str:
-    text = str(value).strip().lower() if isinstance(value, str) else value
+def _choice(value: Any, choices: tuple[str, ...]) -> str:
+    """One of ``choices``, in any case (``pyarrow`` is ``arrow``)."""
+    text = str(value).strip().lower()
     text = "arrow" if text == "pyarrow" else text
-    if text not in ONE_PART_CLIENTS:
-        raise ValueError(f"expected one of {', '.join(ONE_PART_CLIENTS)}, got {value!r}")
-    return str(text)
+    if text not in choices:
+        raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+    return text
+
+
+def _one_part_client(value: Any) -> str:
+    return _choice(value, ONE_PART_CLIENTS)
 
 
 def _backend(value: Any) -> str:
-    text = str(value).strip().lower()
-    text = "arrow" if text == "pyarrow" else text
-    if text not in BACKENDS:
-        raise ValueError(f"expected one of {', '.join(BACKENDS)}, got {value!r}")
-    return text
+    return _choice(value, BACKENDS)
 
 
 def _messages(value: Any) -> tuple[str, ...]:

@@ -132,8 +132,9 @@ class RetryPolicy:
       error on a 25 ms scale, object_store from 100 ms. Two, because a retry that meets a
       second random SlowDown is no sign of a storm either (at 5 % of requests throttled, one
       retry in twenty meets one: 4 in 8 DCP loads of a 200 MiB state_dict, measured on
-      moto), and the rate limiter, not this count, is what recognises a storm. The request's next throttle, and every
-      throttle during a storm, waits the throttle schedule; ``Retry-After`` is always honoured.
+      moto), and the rate limiter, not this count, is what recognises a storm. The
+      request's next throttle, and every throttle during a storm, waits the throttle
+      schedule; ``Retry-After`` is always honoured.
 
     Fields:
 

@@ -60,8 +60,8 @@ def error_kind(error: BaseException) -> str:
 
     pyarrow's S3 errors are all ``OSError``; the AWS error name tells them apart:
     ``OSError[SLOW_DOWN]``, ``OSError[NETWORK_CONNECTION]``. Provider codes
-    (``ClientError[SlowDown]``), the code of an S3 error body quoted in the text
-    (obstore's ``GenericError[SlowDown]``), HTTP statuses (``HttpResponseError[503]``) and errno names
+    (``ClientError[SlowDown]``), the code of an S3 error body quoted in the text (obstore's
+    ``GenericError[SlowDown]``), HTTP statuses (``HttpResponseError[503]``) and errno names
     (``OSError[ECONNRESET]``) likewise. Used as the error label of counters and metrics.
     """
     name = type(error).__name__
