@@ -23,15 +23,14 @@ resumable reads. Paths may be ``retry::s3://b/k``, ``s3://b/k`` or local.
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from retryfs.arrow.filesystem import RetryingFileSystem
+from retryfs.integrations.locations import Locations, split_location
 
 try:  # Lightning 2.x ships as ``lightning`` and as ``pytorch_lightning``
     from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
@@ -92,22 +91,6 @@ class _OneBuffer(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped libra
     delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
 
 
-def split_location(path: Any) -> tuple[str, str, str]:
-    """``(scheme, authority, path)`` of a checkpoint location: ``retry::`` dropped,
-    ``("", "", "/abs/path")`` for a local path (``file://`` included)."""
-    text = str(path)
-    if text.startswith("retry::"):
-        text = text[len("retry::"):]
-    if not text.strip():
-        raise ValueError("path: an empty checkpoint location")
-    if "://" not in text:
-        return "", "", text
-    parts = urlsplit(text)
-    if parts.scheme in ("file", "local"):
-        return "", "", parts.path
-    return parts.scheme, parts.netloc, f"{parts.netloc}{parts.path}"
-
-
 class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped library
     """Save, load and remove Lightning checkpoints through a `retryfs.RetryingFileSystem`.
 
@@ -116,43 +99,19 @@ class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped libra
             example from `retryfs.from_uri`), or any pyarrow or fsspec filesystem, which is
             wrapped. Paths are given to it without their ``retry::`` and scheme
             (``s3://bucket/k`` -> ``bucket/k``). ``None``: each location's filesystem is made
-            by `retryfs.from_uri` from its scheme and bucket (credentials, region and the
-            ``RETRYFS_*`` policy from the environment), once per bucket and process.
+            by `retryfs.from_uri` from its scheme, bucket and ``retry_*`` query (credentials,
+            region and the ``RETRYFS_*`` policy from the environment), once per store and
+            process.
         **options: options of `RetryingFileSystem` (``policy=``, ``deadline``...) for the
             filesystems this plugin wraps or makes.
     """
 
     def __init__(self, filesystem: Any = None, **options: Any) -> None:
-        self._filesystem = filesystem
-        self._options = options
-        self._made: dict[tuple[str, str], RetryingFileSystem] = {}
-        self._lock = threading.Lock()
-        if filesystem is not None and not isinstance(filesystem, RetryingFileSystem):
-            self._filesystem = RetryingFileSystem(filesystem, **options)
-        elif filesystem is not None and options:
-            raise TypeError("options apply to a filesystem the plugin wraps or makes; "
-                            "configure the RetryingFileSystem you pass instead")
+        self._locations = Locations(filesystem, options)
 
-    # -- where a path goes --------------------------------------------------------------------
     def resolve(self, path: Any) -> tuple[RetryingFileSystem, str]:
         """The filesystem a checkpoint location goes to, and the path on it."""
-        scheme, authority, inner = split_location(path)
-        if self._filesystem is not None:
-            return self._filesystem, inner
-        key = (scheme, authority)
-        with self._lock:
-            fs = self._made.get(key)
-            if fs is None:
-                fs = self._made[key] = self._make(scheme, authority)
-        return fs, inner
-
-    def _make(self, scheme: str, authority: str) -> RetryingFileSystem:
-        if not scheme:
-            return RetryingFileSystem(pafs.LocalFileSystem(), **self._options)
-        from retryfs.uri import from_uri
-
-        fs, _ = from_uri(f"{scheme}://{authority}", **self._options)
-        return fs
+        return self._locations.resolve(path)
 
     # -- CheckpointIO ---------------------------------------------------------------------------
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any,
