@@ -6,11 +6,14 @@ Contenders, each with its own retries as shipped:
 - ``s3torchconnector``: AWS's CRT-based connector, ``S3Checkpoint`` writer and reader (the peer);
 - ``retryfs stream``: `retryfs.from_uri`, ``torch.save`` into ``open_output_stream``, the load
   one ``open_input_file`` read;
-- ``retryfs DCP``: ``torch.distributed.checkpoint`` with ``FsspecWriter``/``FsspecReader`` on a
-  ``retry::s3://`` URL (one process), with the options docs/pytorch.md gives (``sync_files=False``;
-  s3fs reads in blocks of 8 MiB kept by offset, ``DCP_READS``);
+- ``retryfs DCP``: ``torch.distributed.checkpoint`` with retryfs's own ``RetryingStorageWriter``/
+  ``RetryingStorageReader`` (`retryfs.integrations.dcp`, pyarrow's native client) on a
+  ``from_uri`` location (one process);
+- ``retryfs DCP, fsspec``: DCP's ``FsspecWriter``/``FsspecReader`` on a ``retry::s3://`` URL,
+  with the options docs/pytorch.md gives (``sync_files=False``; s3fs reads in blocks of 8 MiB
+  kept by offset, ``DCP_READS``);
 - ``s3fs DCP``: the same on a plain ``s3://`` URL (s3fs with its own retries), the same options:
-  DCP's own cost, beside which ``retryfs DCP``'s is retryfs's;
+  DCP's own cost, beside which ``retryfs DCP, fsspec``'s is retryfs's;
 - ``retryfs Lightning``: `retryfs.integrations.lightning.RetryingCheckpointIO` over ``from_uri``;
 - ``s3fs``: ``fs.open(..., "wb")`` and ``"rb"`` (its own 5 attempts over botocore's);
 - ``pyarrow S3``: pyarrow's ``S3FileSystem`` streams (the AWS SDK's 3 attempts);
@@ -22,7 +25,9 @@ Contenders, each with its own retries as shipped:
   transfer itself; the default rows keep the checksum, as retryfs does.
 
 The 200 MiB state_dict runs on `S3FaultEndpoint` (moto on loopback, which also injects the
-faults); the 1 GiB one on SeaweedFS, fault-free (``--quick``: 32 MiB on moto only). Every round
+faults) in a process of its own (`benchmarks.remote_endpoint`: in the client's process, moto's
+Python would hold the GIL the Python clients need and the CRT does not); the 1 GiB one on
+SeaweedFS, fault-free (``--quick``: 32 MiB on moto only). Every round
 loads what it saved and compares every tensor (``torch.equal``): "intact" counts the rounds
 whose save and load both succeeded with equal tensors. Times are medians of the rounds with
 their spread, and their ratio to s3torchconnector's in the same round.
@@ -101,6 +106,7 @@ def contenders(store: Store) -> list[Contender]:
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 
     import retryfs
+    from retryfs.integrations.dcp import RetryingStorageReader, RetryingStorageWriter
     from retryfs.integrations.lightning import RetryingCheckpointIO
 
     found = []
@@ -138,6 +144,17 @@ def contenders(store: Store) -> list[Contender]:
             return _read_all_then_load(stream)
 
     found.append(Contender("retryfs stream", stream_save, stream_load))
+    def native_dcp_save(state: dict[str, Any], path: str) -> None:
+        dcp.save(state, storage_writer=RetryingStorageWriter(
+            f"s3://{path}", retryfs_fs(path.split("/", 1)[0])))
+
+    def native_dcp_load(path: str) -> dict[str, Any]:
+        target = {name: torch.empty(tensor.numel()) for name, tensor in _shapes.items()}
+        dcp.load(target, storage_reader=RetryingStorageReader(
+            f"s3://{path}", retryfs_fs(path.split("/", 1)[0])))
+        return target
+
+    found.append(Contender("retryfs DCP", native_dcp_save, native_dcp_load))
     dcp_options = dict(store.s3fs_options(), **DCP_READS)
     options = {"s3": dcp_options}
 
@@ -151,7 +168,7 @@ def contenders(store: Store) -> list[Contender]:
         dcp.load(target, storage_reader=FsspecReader(f"retry::s3://{path}", **options))
         return target
 
-    found.append(Contender("retryfs DCP", dcp_save, dcp_load))
+    found.append(Contender("retryfs DCP, fsspec", dcp_save, dcp_load))
 
     def plain_dcp_save(state: dict[str, Any], path: str) -> None:
         dcp.save(state, storage_writer=FsspecWriter(f"s3://{path}", sync_files=False,
@@ -297,12 +314,13 @@ def _table(title: str, results: dict[str, dict[str, Any]]) -> str:
 
 
 def run(quick: bool) -> list[str]:
-    from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3FaultEndpoint
+    from benchmarks.remote_endpoint import RemoteFaultEndpoint
+    from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY
 
     logging.getLogger("retryfs").setLevel(logging.ERROR)  # one WARNING per retry otherwise
     tables = []
     mib, rounds = (32, 1) if quick else (200, 3)
-    with S3FaultEndpoint() as endpoint:
+    with RemoteFaultEndpoint() as endpoint:
         endpoint.create_bucket("bench-torch")
         store = Store(f"{endpoint.host}:{endpoint.port}", ACCESS_KEY, SECRET_KEY, endpoint)
         for rate in (0.0, 0.05):
