@@ -80,7 +80,10 @@ class Locations:
         return {"filesystem": self.filesystem, "options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["filesystem"], state["options"])  # type: ignore[misc]
+        self.filesystem = state["filesystem"]
+        self.options = state["options"]
+        self._made = {}
+        self._lock = threading.Lock()
 
     def resolve(self, location: Any) -> tuple[RetryingFileSystem, str]:
         """The filesystem a location goes to, and the path on it."""

@@ -221,6 +221,12 @@ def test_the_writer_and_reader_pickle_with_their_configuration(tmp_path):
     writer = RetryingStorageWriter(str(tmp_path), policy=retryfs.RetryPolicy(max_attempts=3))
     copy = pickle.loads(pickle.dumps(writer))
     assert copy.fs.fs.policy.max_attempts == 3 and copy.path == writer.path
+    # a filesystem wrapped with options travels wrapped
+    import pyarrow.fs as pafs
+
+    reader = RetryingStorageReader(str(tmp_path), pafs.LocalFileSystem(),
+                                   policy=retryfs.RetryPolicy(max_attempts=4))
+    assert pickle.loads(pickle.dumps(reader)).fs.fs.policy.max_attempts == 4
     assert native.WHOLE_READ == 8 * 2**20
 
 
