@@ -50,9 +50,13 @@ class RemoteFaultEndpoint:
         self._process = context.Process(target=_serve, args=(child,), daemon=True,
                                         name="s3-fault-endpoint")
         self._process.start()
-        if not self._conn.poll(120):
-            self._process.kill()
-            raise RuntimeError("the S3 fault endpoint's process did not start in 120 s")
+        waited = 0.0
+        while not self._conn.poll(0.5):
+            waited += 0.5
+            if not self._process.is_alive() or waited >= 120:
+                self._process.kill()
+                raise RuntimeError("the S3 fault endpoint's process did not start (the caller's "
+                                   "main module needs an `if __name__ == '__main__':` guard)")
         self.host, self.port, self.region = self._conn.recv()
         return self
 

@@ -43,3 +43,31 @@ def test_the_torch_table_shows_every_contender_against_the_crt_peer():
     lines = text.splitlines()
     assert "1.50" in lines[3] and "1/1" in lines[3]  # retryfs stream: 3.0 / 2.0
     assert "0/1" in lines[4] and "SystemError" in lines[4]
+
+
+def test_the_torch_section_s_endpoint_serves_and_faults_from_its_own_process():
+    import os
+
+    import pyarrow.fs as pafs
+
+    from benchmarks.remote_endpoint import RemoteFaultEndpoint
+    from retryfs.testing.s3 import ACCESS_KEY, SECRET_KEY, S3Fault
+
+    with RemoteFaultEndpoint() as endpoint:
+        endpoint.create_bucket("smoke")
+        fs = pafs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, scheme="http",
+                               region=endpoint.region, allow_delayed_open=True,
+                               endpoint_override=f"{endpoint.host}:{endpoint.port}",
+                               retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+        endpoint.add_fault(S3Fault.slow_down(op="PutObject", times=1))
+        with pytest.raises(OSError, match="SLOW_DOWN"), fs.open_output_stream("smoke/a") as f:
+            f.write(b"x")
+        with fs.open_output_stream("smoke/a") as f:  # the fault fired once, in the server
+            f.write(b"x")
+        assert fs.open_input_stream("smoke/a").read() == b"x"
+        endpoint.clear_faults()
+        with pytest.raises(Exception, match="InvalidBucketName|not valid"):
+            endpoint.create_bucket("x")  # the server's exception comes back here
+        pid = endpoint._process.pid
+        assert pid != os.getpid()
+    assert not endpoint._process.is_alive()
