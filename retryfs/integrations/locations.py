@@ -96,14 +96,17 @@ class Locations:
         suffix = urlsplit(str(location).removeprefix("retry::")).path.lstrip("/")
         with self._lock:
             made = self._made.get(key)
-        if made is not None:
-            return made[0], made[1] + suffix
+        if made is not None and "%" not in suffix:  # an escape: from_uri decodes it
+            return made[0], made[1] + suffix if suffix else made[1].rstrip("/")
         from retryfs.uri import from_uri
 
         fs, path = from_uri(str(location).removeprefix("retry::"), **self.options)
-        if path.endswith(suffix):  # the store's part of the path (bucket, container...)
+        if made is not None:  # the store's filesystem, the location's own path
+            return made[0], path
+        if "%" not in suffix and path.endswith(suffix):  # the store's part: bucket, container
+            store = path[:len(path) - len(suffix)] if suffix else path
             with self._lock:
-                made = self._made.setdefault(key, (fs, path[:len(path) - len(suffix)]))
+                made = self._made.setdefault(key, (fs, store.rstrip("/") + "/"))
             return made[0], path
         return fs, path
 

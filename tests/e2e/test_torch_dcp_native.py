@@ -255,6 +255,16 @@ def test_a_location_s_query_configures_its_own_filesystem(s3_fault_endpoint, s3_
     # the credentials in the URL's userinfo are not part of the path
     assert (path, other) == (f"{s3_fault_bucket}/a/b", f"{s3_fault_bucket}/c")
     assert again is four and four.policy.max_attempts == 4 and seven.policy.max_attempts == 7
+    # the store alone, then a path in it; an escaped path is decoded as from_uri decodes it
+    bare = Locations()
+    store = ep.uri(s3_fault_bucket, retry_max_attempts=2)
+    assert bare.resolve(store)[1] == s3_fault_bucket
+    key = ep.uri(f"{s3_fault_bucket}/k", retry_max_attempts=2)
+    assert bare.resolve(key)[1] == f"{s3_fault_bucket}/k"
+    assert bare.resolve(store)[1] == s3_fault_bucket
+    escaped = ep.uri(f"{s3_fault_bucket}/a%20b", retry_max_attempts=2)
+    assert bare.resolve(escaped) == (bare.resolve(key)[0],
+                                     retryfs.from_uri(escaped)[1])
     assert split_location("s3://key:secret@b/k") == ("s3", "key:secret@b", "b/k")
     assert split_location("abfs://c@acct.dfs.core.windows.net/k")[2] == "c/k"
     writer = RetryingStorageWriter(ep.uri(f"{s3_fault_bucket}/w", retry_max_attempts=3))
