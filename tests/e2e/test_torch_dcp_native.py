@@ -189,6 +189,18 @@ def test_locations_as_users_write_them(s3_fault_endpoint, s3_fault_bucket, tmp_p
         loaded = {name: torch.zeros_like(value) for name, value in _state().items()}
         dcp.load(loaded, storage_reader=RetryingStorageReader(location, fs))
         assert torch.equal(loaded["big"], _state()["big"])
+    # an object store's filesystem given: no directory marker, the rename a copy and a delete
+    ep.reset_record()
+    dcp.save(_state(), storage_writer=RetryingStorageWriter(f"{s3_fault_bucket}/given2", fs))
+    (copy,) = ep.requests(op="CopyObject")
+    # (the only PutObject is the marker pyarrow's client leaves when it deletes .metadata.tmp)
+    assert [record.seq > copy.seq for record in ep.requests(op="PutObject")] == [True]
+    # a local filesystem given (in a subtree): directories made, the rename in place
+    import pyarrow.fs as pafs
+
+    subtree = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    dcp.save(_state(), storage_writer=RetryingStorageWriter("e/ckpt", subtree))
+    assert sorted(os.listdir(tmp_path / "e" / "ckpt")) == [".metadata", "__0_0.distcp"]
     # a local directory, as a path and as a file:// URL: made, written, renamed in place
     for location in (str(tmp_path / "a" / "ckpt"), f"retry::file://{tmp_path}/b/ckpt"):
         dcp.save(_state(), storage_writer=RetryingStorageWriter(location))
