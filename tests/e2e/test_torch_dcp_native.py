@@ -281,3 +281,14 @@ def test_a_location_s_query_configures_its_own_filesystem(s3_fault_endpoint, s3_
     assert split_location("abfs://c@acct.dfs.core.windows.net/k")[2] == "c/k"
     writer = RetryingStorageWriter(ep.uri(f"{s3_fault_bucket}/w", retry_max_attempts=3))
     assert writer.fs.fs.policy.max_attempts == 3 and writer.path == f"{s3_fault_bucket}/w"
+
+
+def test_a_save_on_two_writer_threads_loads_back(s3_fault_endpoint, s3_fault_bucket):
+    ep = s3_fault_endpoint
+    location = _location(ep, f"{s3_fault_bucket}/threads")
+    ep.add_fault(S3Fault.slow_down(op="UploadPart", times=2))
+    dcp.save(_state(), storage_writer=RetryingStorageWriter(location, thread_count=2))
+    assert len(ep.injected) == 2
+    shards = [key for key in ep.keys(s3_fault_bucket, "threads/") if key.endswith(".distcp")]
+    assert len(shards) == 2  # one file per thread
+    _load(ep, location)
