@@ -292,3 +292,21 @@ def test_a_save_on_two_writer_threads_loads_back(s3_fault_endpoint, s3_fault_buc
     shards = [key for key in ep.keys(s3_fault_bucket, "threads/") if key.endswith(".distcp")]
     assert len(shards) == 2  # one file per thread
     _load(ep, location)
+
+
+def test_hostile_names_keep_their_exact_keys(s3_fault_endpoint, s3_fault_bucket):
+    ep = s3_fault_endpoint
+    fs, _ = retryfs.from_uri(_location(ep, s3_fault_bucket))
+    state = {"w": torch.arange(10.0)}
+    for name in ("ckpt dir/step 100", "ünï/çødé", "a+b%c#d;e"):
+        location = f"{s3_fault_bucket}/{name}"
+        dcp.save(state, storage_writer=RetryingStorageWriter(location, fs))
+        loaded = {"w": torch.zeros(10)}
+        dcp.load(loaded, storage_reader=RetryingStorageReader(location, fs))
+        assert torch.equal(loaded["w"], state["w"])
+        assert {f"{name}/.metadata", f"{name}/__0_0.distcp"} <= set(ep.keys(s3_fault_bucket, name))
+    # in a URL a space is escaped (%20) and stored unescaped; unescaped, pyarrow refuses it
+    dcp.save(state, storage_writer=RetryingStorageWriter(_location(ep, f"{s3_fault_bucket}/x%20y")))
+    assert "x y/.metadata" in ep.keys(s3_fault_bucket, "x y/")
+    with pytest.raises(Exception, match="Cannot parse URI"):
+        RetryingStorageWriter(_location(ep, f"{s3_fault_bucket}/x y"))
