@@ -310,3 +310,13 @@ def test_hostile_names_keep_their_exact_keys(s3_fault_endpoint, s3_fault_bucket)
     assert "x y/.metadata" in ep.keys(s3_fault_bucket, "x y/")
     with pytest.raises(Exception, match="Cannot parse URI"):
         RetryingStorageWriter(_location(ep, f"{s3_fault_bucket}/x y"))
+
+
+def test_an_async_save_survives_a_part_fault(s3_fault_endpoint, s3_fault_bucket):
+    ep = s3_fault_endpoint
+    location = _location(ep, f"{s3_fault_bucket}/async")
+    ep.add_fault(S3Fault.slow_down(op="UploadPart", times=1))
+    future = dcp.async_save(_state(), storage_writer=RetryingStorageWriter(location))
+    future.result()
+    assert len(ep.injected) == 1
+    _load(ep, location)
