@@ -188,10 +188,13 @@ class RetryingStorageReader(FileSystemReader):  # type: ignore[misc]  # untyped 
     def _slice_file(self, file: Any, sinfo: Any) -> IO[bytes]:
         """The stored item's bytes, read at once (DCP's own slice reads its zip headers
         piecemeal: one request each on an object store)."""
-        if isinstance(file, pa.BufferReader):
+        if sinfo.offset + sinfo.length > file.size():  # cut short since it was saved
+            raise OSError(f"{sinfo.relative_path}: {file.size()} bytes, but {sinfo.length} "
+                          f"were stored at offset {sinfo.offset}")
+        if isinstance(file, pa.BufferReader):  # read whole already
             return super()._slice_file(file, sinfo)  # type: ignore[no-any-return]
         data = file.read_at(sinfo.length, sinfo.offset)
-        if len(data) != sinfo.length:
+        if len(data) != sinfo.length:  # cut short while it was read
             raise OSError(f"{sinfo.relative_path}: {len(data)} bytes at offset "
                           f"{sinfo.offset}, {sinfo.length} stored")
         return io.BytesIO(memoryview(data))

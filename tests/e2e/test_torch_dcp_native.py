@@ -320,3 +320,17 @@ def test_an_async_save_survives_a_part_fault(s3_fault_endpoint, s3_fault_bucket)
     future.result()
     assert len(ep.injected) == 1
     _load(ep, location)
+
+
+def test_a_shard_cut_short_by_a_third_party_is_a_clear_error(s3_fault_endpoint, s3_fault_bucket):
+    ep = s3_fault_endpoint
+    location = _location(ep, f"{s3_fault_bucket}/cut")
+    _save(ep, location)
+    shard = ep.get_object(s3_fault_bucket, "cut/__0_0.distcp")
+    # cut to more than a whole read (ranged reads) and to less (read whole): the same error
+    for size in (len(shard) - 100, len(shard) // 2):
+        ep.put_object(s3_fault_bucket, "cut/__0_0.distcp", shard[:size])
+        loaded = {name: torch.zeros_like(value) for name, value in _state().items()}
+        with pytest.raises(dcp.api.CheckpointException,
+                           match=rf"__0_0\.distcp: {size} bytes, but \d+ were stored"):
+            dcp.load(loaded, storage_reader=RetryingStorageReader(location))
