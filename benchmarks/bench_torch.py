@@ -144,6 +144,7 @@ def contenders(store: Store) -> list[Contender]:
             return _read_all_then_load(stream)
 
     found.append(Contender("retryfs stream", stream_save, stream_load))
+
     def native_dcp_save(state: dict[str, Any], path: str) -> None:
         dcp.save(state, storage_writer=RetryingStorageWriter(
             f"s3://{path}", retryfs_fs(path.split("/", 1)[0])))
