@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 __all__ = ["NAME_MAX", "check_location", "check_object_path", "check_path", "dangerous_target",
-           "subtree_base", "temporary_beside"]
+           "is_local", "subtree_base", "temporary_beside"]
 
 #: The longest file name, in bytes, of the local filesystems retryfs writes temporary files on
 #: (ext4, xfs, btrfs, tmpfs, NFS): a temporary name never passes it.
@@ -104,7 +104,10 @@ def check_object_path(fs: Any, path: str) -> str:
     return path
 
 
-def _is_local(fs: Any) -> bool:
+def is_local(fs: Any) -> bool:
+    """Whether ``fs`` (an unwrapped pyarrow or fsspec filesystem) is this machine's disk:
+    pyarrow's ``LocalFileSystem``, or an fsspec filesystem of the ``file``/``local``
+    protocol. A ``SubTreeFileSystem`` is not (its paths are relative): pass `subtree_base`'s."""
     if isinstance(fs, pafs.LocalFileSystem):
         return True
     protocol = getattr(fs, "protocol", None)
@@ -126,7 +129,7 @@ def dangerous_target(fs: Any, path: str, cwd: str | None = None) -> str | None:
     Refused: a filesystem's root, a bucket's root (s3, gcs, abfs and their fsspec kin), and on
     a local filesystem the working directory and every directory above it.
     """
-    if _is_local(fs):
+    if is_local(fs):
         real = os.path.realpath(path)
         here = os.path.realpath(cwd if cwd is not None else os.getcwd())
         if os.path.dirname(real) == real:

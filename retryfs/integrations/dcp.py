@@ -46,24 +46,13 @@ from torch.distributed.checkpoint.filesystem import (
 )
 
 from retryfs.arrow.filesystem import RetryingFileSystem
-from retryfs.datapath.upload import writes_through
-from retryfs.integrations.locations import Locations, split_location
+from retryfs.integrations.locations import Locations, on_local_disk, split_location
 
 __all__ = ["RetryingDCPFileSystem", "RetryingStorageReader", "RetryingStorageWriter"]
 
 #: A file read whole when opened for reading at most this long (``.metadata``): one GET instead
 #: of one per ``pickle`` read.
 WHOLE_READ = 8 * 2**20
-
-
-def _is_local_disk(fs: RetryingFileSystem) -> bool:
-    """Whether ``fs`` writes to a local disk (where a rename is atomic and directories are
-    made), by the filesystem it wraps: pyarrow's local one (in a subtree too) or fsspec's."""
-    inner = fs.unwrap()
-    if isinstance(inner, pafs.FileSystem):
-        return writes_through(inner)
-    protocol = getattr(inner, "protocol", "")
-    return "file" in (protocol if isinstance(protocol, tuple) else (protocol,))
 
 
 class RetryingDCPFileSystem(FileSystemBase):  # type: ignore[misc]  # untyped library
@@ -87,7 +76,7 @@ class RetryingDCPFileSystem(FileSystemBase):  # type: ignore[misc]  # untyped li
     def init_path(self, path: str | os.PathLike[str]) -> str:
         fs, inner = self.locations.resolve(os.fspath(path))
         self.filesystem = fs
-        self.local = _is_local_disk(fs)
+        self.local = on_local_disk(fs)
         return inner.rstrip("/") if inner.strip("/") else inner
 
     def concat_path(self, path: str | os.PathLike[str], suffix: str) -> str:

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from retryfs.arrow.filesystem import RetryingFileSystem
-from retryfs.integrations.locations import Locations, split_location
+from retryfs.integrations.locations import Locations, on_local_disk, split_location
 
 try:  # Lightning 2.x ships as ``lightning`` and as ``pytorch_lightning``
     from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
@@ -126,7 +126,7 @@ class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped libra
         torch.save(checkpoint, buffer)  # before any request: a failure here sends nothing
         fs, target = self.resolve(path)
         parent = target.rsplit("/", 1)[0] if "/" in target.strip("/") else ""
-        if parent and not split_location(path)[0]:  # a local disk (object stores need none)
+        if parent and on_local_disk(fs):  # (an object store needs no directories)
             fs.create_dir(parent, recursive=True)
         # retryfs's copy data path from the bytes in memory: native streams (parts in
         # parallel), each attempt reading the bytes again (no replay spool, no temporary

@@ -17,8 +17,16 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from retryfs.arrow.filesystem import RetryingFileSystem
+from retryfs.core.locations import is_local, subtree_base
 
-__all__ = ["Locations", "split_location"]
+__all__ = ["Locations", "on_local_disk", "split_location"]
+
+
+def on_local_disk(fs: RetryingFileSystem) -> bool:
+    """Whether ``fs`` writes to this machine's disk (in a subtree too): there a checkpoint's
+    directories are made and a rename is atomic; an object store has neither."""
+    inner = fs.unwrap()
+    return is_local(subtree_base(inner) if isinstance(inner, pafs.FileSystem) else inner)
 
 
 def split_location(path: Any) -> tuple[str, str, str]:

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from retryfs.arrow.filesystem import RetryingFileSystem
+from retryfs.core.locations import is_local as local_disk
 
 from .results import CHUNK, PART_SIZES, MiB
 
@@ -19,12 +20,8 @@ __all__ = ["etag_of", "is_fsspec", "is_local", "read_all", "same_content", "same
 
 
 def is_local(fs: RetryingFileSystem) -> bool:
-    original = fs.unwrap()
-    if isinstance(original, pafs.LocalFileSystem):
-        return True
-    protocol = getattr(original, "protocol", None)
-    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol or ())
-    return "file" in protocols or "local" in protocols
+    """Whether the filesystem ``fs`` wraps is this machine's disk (`retryfs.core.locations`)."""
+    return local_disk(fs.unwrap())
 
 
 def is_fsspec(original: Any) -> bool:

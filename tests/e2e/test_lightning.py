@@ -163,6 +163,15 @@ def test_remove_and_missing_checkpoints(s3_fault_endpoint, s3_fault_bucket):
         plugin.save_checkpoint({}, url, storage_options={"x": 1})
 
 
+def test_a_path_on_a_given_object_store_makes_no_directory(s3_fault_endpoint, s3_fault_bucket):
+    # a path without a scheme on the S3 filesystem given: no "x/y/" directory marker, one object
+    plugin = _plugin(s3_fault_endpoint, s3_fault_bucket)
+    s3_fault_endpoint.reset_record()
+    plugin.save_checkpoint({"a": torch.ones(3)}, f"{s3_fault_bucket}/x/y/a.ckpt")
+    assert [r.key for r in s3_fault_endpoint.requests(op="PutObject")] == ["x/y/a.ckpt"]
+    assert s3_fault_endpoint.keys(s3_fault_bucket, "x/") == ["x/y/a.ckpt"]
+
+
 def test_local_checkpoints_and_locations(tmp_path):
     plugin = RetryingCheckpointIO(policy=retryfs.RetryPolicy(max_attempts=2))
     target = tmp_path / "d" / "m.ckpt"
