@@ -66,7 +66,7 @@ from retryfs.datapath.iopool import (
     writes_in_background,
 )
 from retryfs.datapath.placeholders import EmptyAtOpen, creates_empty_at_open
-from retryfs.datapath.streams import ReplayableOutputStream, ResumableInputFile
+from retryfs.datapath.streams import SUB_READ, ReplayableOutputStream, ResumableInputFile
 from retryfs.datapath.upload import copy_file_tree, copy_single_file, writes_through
 from retryfs.errors import UnfinishedDeleteError
 from retryfs.patches import s3fs_one_try
@@ -651,11 +651,17 @@ class InputFile(pa.PythonFile):  # type: ignore[misc]  # untyped library
     def metadata(self) -> dict[str, bytes]:
         return self.source.metadata()
 
-    # PythonFile takes every Python file for random access: a whole read would ask a
-    # sequential stream for its size. Read it to its end instead.
     def read(self, nbytes: int | None = None) -> bytes:
+        """PythonFile takes every Python file for random access: a whole read would ask a
+        sequential stream for its size; it is read to its end instead. A large read of a
+        random-access file is read straight into the ``bytes`` returned (PythonFile's own
+        would read into a Buffer, then copy it into ``bytes``: a 1 GiB checkpoint twice)."""
         if nbytes is None and not self.source.seekable():
             return _as_bytes(self.source.read_buffer(-1))
+        if nbytes is None or nbytes > SUB_READ:
+            if self.closed:
+                raise ValueError("I/O operation on closed file")
+            return self.source.read_bytes(-1 if nbytes is None else nbytes)
         return cast("bytes", super().read(nbytes))
 
     def read_buffer(self, nbytes: int | None = None) -> pa.Buffer:

@@ -12,6 +12,7 @@ import collections
 import ctypes
 import functools
 import io
+import platform
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -464,6 +465,24 @@ class ResumableInputFile(io.RawIOBase):
         return target
 
     def read(self, size: int | None = -1) -> bytes:
+        return self.read_bytes(size)
+
+    def read_bytes(self, size: int | None = -1) -> bytes:
+        """At most ``size`` bytes (all that is left: ``None`` or negative). A large read of a
+        native random-access file is read by ranged sub-reads straight into the ``bytes`` it
+        returns, as pyarrow's own ``read`` does: `read_buffer` and a copy into ``bytes`` would
+        allocate and write every byte twice (a 1 GiB ``read()``: 1 GiB more memory touched)."""
+        if self.closed:
+            raise ValueError("I/O operation on closed retryfs input file")
+        wanted = None if size is None or size < 0 else size
+        with self._lock:
+            small = wanted is not None and wanted <= SUB_READ
+            inner = None if small or not self._seekable else self._random_access()
+            if inner is not None:
+                left = self._remaining()
+                wanted = left if wanted is None else min(wanted, left)
+                if wanted > SUB_READ and _FRESH_BYTES is not None:
+                    return self._read_ranges_to_bytes(inner, wanted)
         data = self.read_buffer(size)
         return data if isinstance(data, bytes) else data.to_pybytes()
 
@@ -541,8 +560,12 @@ class ResumableInputFile(io.RawIOBase):
         ``None``. A sequential stream is not swapped for one: opening pyarrow's GCS input file
         starts its download lazily with the GIL held (an in-process server never answers)."""
         inner = self._inner
-        native = isinstance(inner, pa.NativeFile) and not isinstance(inner, pa.PythonFile)
-        return inner if native and inner.seekable() else None  # a PythonFile claims to seek
+        if not isinstance(inner, pa.NativeFile) or isinstance(inner, pa.PythonFile):
+            return None  # (a PythonFile claims to seek)
+        try:
+            return inner if inner.seekable() else None
+        except ValueError:  # it closed itself: a read (`_attempt`) reopens it
+            return None
 
     def _read_ranges(self, inner: Any, wanted: int) -> pa.Buffer:
         """``wanted`` bytes from the position into one buffer, as `ranged_buffers` (`READ_AHEAD`
@@ -550,6 +573,21 @@ class ResumableInputFile(io.RawIOBase):
         buffer = pa.allocate_buffer(wanted)
         total = sum(self._ranged(inner, wanted, READ_AHEAD, into=memoryview(buffer).cast("B")))
         return buffer if total == wanted else buffer.slice(0, total)
+
+    def _read_ranges_to_bytes(self, inner: Any, wanted: int) -> bytes:
+        """`_read_ranges` into a new ``bytes`` object; cut to what was read (a copy) only when
+        the file ended early. A failed read leaves the position where it was."""
+        start = self._pos
+        assert _FRESH_BYTES is not None  # checked by the caller
+        data, view = _FRESH_BYTES(wanted)
+        try:
+            total = sum(self._ranged(inner, wanted, READ_AHEAD, into=view))
+        except BaseException:
+            self._pos = start
+            raise
+        finally:
+            view.release()
+        return data if total == wanted else data[:total]
 
     def ranged_buffers(self, window: int | Callable[[], int]) -> Iterator[Any]:
         """The rest of the file as Buffers of at most `SUB_READ`, in order, each handed out as
@@ -673,6 +711,28 @@ class ResumableInputFile(io.RawIOBase):
 
 #: What a pyarrow ``NativeFile`` raises once closed; retryfs never closes an inner file it keeps.
 _NATIVE_CLOSED = "I/O operation on closed file"
+
+
+def _cpython_bytes_allocator() -> Callable[[int], tuple[bytes, memoryview]] | None:
+    """On CPython, a function giving a new ``bytes`` of ``size`` uninitialised bytes and a
+    writable view of them: what pyarrow's ``NativeFile.read`` fills in C
+    (``PyBytes_FromStringAndSize(NULL, n)``). Only for a fresh object that nothing else holds,
+    filled before it is handed out. Elsewhere ``None``: a read into a Buffer, then a copy."""
+    if platform.python_implementation() != "CPython":
+        return None
+    new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_char_p, ctypes.c_ssize_t)(
+        ("PyBytes_FromStringAndSize", ctypes.pythonapi))
+    offset = bytes.__basicsize__ - 1  # ob_sval: the end of the header, less its final NUL
+
+    def fresh(size: int) -> tuple[bytes, memoryview]:
+        data = new(None, size)
+        cells = (ctypes.c_char * size).from_address(id(data) + offset)
+        return data, memoryview(cells).cast("B")
+
+    return fresh
+
+
+_FRESH_BYTES = _cpython_bytes_allocator()
 
 
 def _read_from(inner: Any, size: int) -> Any:

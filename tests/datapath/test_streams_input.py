@@ -274,32 +274,58 @@ def test_a_file_that_shrank_after_its_open_yields_only_the_bytes_there(stored):
 
 
 _ONE_COPY = """
-import sys
+import sys, tracemalloc
 import pyarrow as pa, pyarrow.fs as pafs
 import retryfs
 fs = retryfs.RetryingFileSystem(pafs.LocalFileSystem())
 before = pa.default_memory_pool().max_memory()
+tracemalloc.start()
 with fs.open_input_file(sys.argv[1]) as f:
-    data = f.read_buffer()
-assert data.size == int(sys.argv[2])
-print(pa.default_memory_pool().max_memory() - before)
+    data = getattr(f, sys.argv[3])()
+python_peak = tracemalloc.get_traced_memory()[1]
+assert len(data) == int(sys.argv[2]) and type(data) is (bytes if sys.argv[3] == "read" else pa.Buffer)
+with open(sys.argv[1], "rb") as original:
+    assert data == original.read()
+print(pa.default_memory_pool().max_memory() - before, python_peak)
 """
 
 
 @pytest.mark.parametrize("size", [48 * 2**20, 48 * 2**20 + 12345])
-def test_a_large_read_fills_its_one_buffer_with_no_buffer_per_sub_read(tmp_path, size):
-    """Each sub-read of a whole-file read goes straight into the result: Arrow's allocation
-    peak (a fresh process) is the file's size; a Buffer per sub-read copied into the result
-    would add up to `READ_AHEAD` x `SUB_READ` (32 MiB) on top."""
+@pytest.mark.parametrize("method", ["read_buffer", "read"])
+def test_a_large_read_fills_its_one_buffer_with_no_buffer_per_sub_read(tmp_path, size, method):
+    """Each sub-read of a whole-file read goes straight into the result: what a fresh process
+    allocates (Arrow's pool and Python's, at their peaks) is the file's size. A Buffer per
+    sub-read copied into the result would add `READ_AHEAD` x `SUB_READ` (32 MiB); ``read()``
+    into a Buffer then copied into ``bytes``, the whole size again."""
     path = tmp_path / "big.bin"
     path.write_bytes(os.urandom(size))
-    done = subprocess.run([sys.executable, "-c", _ONE_COPY, str(path), str(size)],
+    done = subprocess.run([sys.executable, "-c", _ONE_COPY, str(path), str(size), method],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert int(done.stdout.split()[-1]) < size + 2**20
+    arrow_peak, python_peak = map(int, done.stdout.split()[-2:])
+    assert arrow_peak + python_peak < size + 2**20
 
 
-# -- ranged_buffers: a download's sub-reads in flight (retryfs.datapath.download) ---------------------
+def test_read_into_bytes_is_cut_to_what_the_file_still_holds(stored):
+    """A large ``read()`` straight into ``bytes`` of a file cut short after its open."""
+    engine = Engine()
+    f, _ = resumable(lambda: pafs.LocalFileSystem().open_input_file(stored), stored, engine,
+                     seekable=True)
+    f.seek(10)
+    os.truncate(stored, len(DATA) - 100)
+    data = f.read()
+    assert type(data) is bytes and data == DATA[10:-100] and f.tell() == len(DATA) - 100
+
+
+def test_a_failed_read_into_bytes_leaves_the_position(faulty, stored):
+    engine = Engine()
+    f, _ = resumable(lambda: faulty.open_input_file(stored), stored, engine, seekable=True)
+    f.seek(7)
+    faulty.inject("read", errors.access_denied("GetObject"), times=None)
+    with pytest.raises(OSError, match="ACCESS_DENIED"):
+        f.read()
+    assert f.tell() == 7
+
 
 def test_ranged_buffers_hands_out_each_sub_read_in_order_with_a_window_in_flight(faulty, stored):
     engine = Engine()
