@@ -493,7 +493,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             attempt_timeout=with_parts_in_flight(self._per_attempt, first),
             on_give_up=None if empty is None else empty.remove,
         )
-        return pa.PythonFile(stream, mode="w")
+        return OutputFile(stream, mode="w")
 
     def open_append_stream(self, path: str, metadata: Any) -> pa.NativeFile:
         # Appends are not replayable: only opening is retried.
@@ -671,6 +671,26 @@ class InputFile(pa.PythonFile):  # type: ignore[misc]  # untyped library
         return super().read_buffer(nbytes)
 
 
+class OutputFile(pa.PythonFile):  # type: ignore[misc]  # untyped library
+    """A retryfs output stream (`ReplayableOutputStream`) as pyarrow's ``open_output_stream``
+    returns it, except that a ``with`` block that raises commits nothing (`abort`): pyarrow's
+    own streams close there, and an object store then stores what was written so far as the
+    whole object (a checkpoint cut short by an error in ``torch.save``)."""
+
+    def __init__(self, source: ReplayableOutputStream, mode: str = "w") -> None:
+        self.source = source  # PythonFile's own __cinit__ has taken source and mode already
+
+    def abort(self) -> None:
+        """Close without committing anything (see `ReplayableOutputStream.abort`)."""
+        self.source.abort()
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
 def _rebuild_handler(fs: Any, config: WrapperConfig) -> RetryingHandler:
     return RetryingHandler(fs, config=config)
 
@@ -764,6 +784,21 @@ class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped li
         if not isinstance(path, (str, os.PathLike)):
             return super().open_input_file(path)
         return self.retry_handler.open_input_file(os.fspath(path))
+
+    def open_output_stream(self, path: Any, compression: str | None = "detect",
+                           buffer_size: int | None = None,
+                           metadata: dict[str, str] | None = None) -> pa.NativeFile:
+        """pyarrow's ``open_output_stream``, except that the stream a Python caller gets is
+        the handler's `OutputFile` itself: a ``with`` block that raises commits nothing. With
+        compression (a ``.gz`` path...) or a ``buffer_size``, pyarrow's wrapping stream closes
+        as pyarrow's do."""
+        if not isinstance(path, (str, os.PathLike)):
+            return super().open_output_stream(path, compression=compression,
+                                              buffer_size=buffer_size, metadata=metadata)
+        path = os.fspath(path)
+        stream = self.retry_handler.open_output_stream(path, metadata)
+        return self._wrap_output_stream(stream, path=path, compression=compression,
+                                        buffer_size=buffer_size)
 
     def failed_commits(self) -> dict[str, BaseException]:
         """``{path: exception}``: objects whose commit finally failed in this process and were

@@ -255,6 +255,26 @@ class ReplayableOutputStream(io.RawIOBase):
             self._spool.close()
             super().close()
 
+    def abort(self) -> None:
+        """Give the stream up and commit nothing: what a ``with`` block that raised does (the
+        caller's own code failed in the middle, say ``torch.save``). The inner stream is dropped
+        unclosed (`abandon_stream`): an object store shows no object, and no earlier one is
+        replaced; a local file, written in place, keeps what was written so far. The empty
+        object some clients create at open is removed (``on_give_up``). Then closed."""
+        if self.closed:
+            return
+        try:
+            with self._lock:
+                self._failed = True
+                sink, self._sink = self._sink, None
+                if sink is not None and not sink.closed:
+                    abandon_stream(sink.stream)
+                if self._on_give_up is not None:
+                    self._on_give_up()
+        finally:
+            self._spool.close()
+            super().close()
+
     # -- internals -----------------------------------------------------------------------------
     def _committed(self, error: BaseException | None) -> None:
         if self._on_commit is not None:

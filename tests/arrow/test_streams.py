@@ -247,3 +247,66 @@ def test_many_threads_writing_at_once(faulty, tmp_path):
     snap = fs.stats.snapshot()
     assert snap["by_operation"]["write"]["retries"] == 20
     assert snap["by_operation"]["open_output_stream"]["calls"] == 16 + 20  # 1 + 1 per replay
+
+
+# -- a with block that raises commits nothing -----------------------------------------------------
+
+class _SaveFailed(Exception):
+    pass
+
+
+def _write_then_fail(fs, path, chunks):
+    with pytest.raises(_SaveFailed):
+        with fs.open_output_stream(path) as out:
+            for chunk in chunks:
+                out.write(chunk)
+            raise _SaveFailed("torch.save failed in the middle")
+
+
+@pytest.mark.parametrize("size", [100, 12 * MiB])  # one PutObject / a multipart upload
+def test_a_with_block_that_raises_keeps_the_object_that_was_there(s3_fault_endpoint,
+                                                                   s3_fault_bucket, size):
+    ep = s3_fault_endpoint
+    ep.put_object(s3_fault_bucket, "ckpt", b"the last good checkpoint")
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST)
+    _write_then_fail(fs, f"{s3_fault_bucket}/ckpt", [b"n" * size])
+    _write_then_fail(fs, f"{s3_fault_bucket}/new", [b"n" * size])
+    assert ep.get_object(s3_fault_bucket, "ckpt") == b"the last good checkpoint"
+    assert ep.keys(s3_fault_bucket) == ["ckpt"]
+    # nothing was committed: no PutObject, no CompleteMultipartUpload
+    assert not [r for r in ep.requests(["PutObject", "CompleteMultipartUpload"])]
+
+
+def test_unwrapped_pyarrow_commits_what_a_with_block_that_raised_had_written(s3_fault_endpoint,
+                                                                            s3_fault_bucket):
+    """The trap `OutputFile.__exit__` closes: pyarrow's own stream commits the prefix."""
+    ep = s3_fault_endpoint
+    ep.put_object(s3_fault_bucket, "ckpt", b"the last good checkpoint")
+    _write_then_fail(ep.pyarrow_fs(), f"{s3_fault_bucket}/ckpt", [b"prefix"])
+    assert ep.get_object(s3_fault_bucket, "ckpt") == b"prefix"
+
+
+def test_abort_closes_the_stream_and_a_clean_with_block_commits(s3_fault_endpoint,
+                                                                s3_fault_bucket):
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), FAST)
+    out = fs.open_output_stream(f"{s3_fault_bucket}/aborted")
+    out.write(b"x" * 1000)
+    out.abort()
+    assert out.closed
+    with pytest.raises(ValueError):
+        out.write(b"more")
+    out.abort()  # twice is once
+    with fs.open_output_stream(f"{s3_fault_bucket}/kept") as out:
+        out.write(b"whole")
+    assert ep.keys(s3_fault_bucket) == ["kept"]
+    assert ep.get_object(s3_fault_bucket, "kept") == b"whole"
+
+
+def test_a_with_block_that_raises_on_a_local_disk_keeps_what_was_written(tmp_path):
+    """Written in place, as pyarrow writes it: the prefix stays (nothing more is written)."""
+    fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST)
+    path = str(tmp_path / "partial.bin")
+    _write_then_fail(fs, path, [b"a" * GATHERED, b"b" * 10])
+    with open(path, "rb") as f:
+        assert f.read() in (b"", b"a" * GATHERED, b"a" * GATHERED + b"b" * 10)
