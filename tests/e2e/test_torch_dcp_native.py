@@ -336,3 +336,35 @@ def test_a_shard_cut_short_by_a_third_party_is_a_clear_error(s3_fault_endpoint, 
         with pytest.raises(dcp.api.CheckpointException,
                            match=rf"__0_0\.distcp: {size} bytes, but \d+ were stored"):
             dcp.load(loaded, storage_reader=RetryingStorageReader(location))
+
+
+def test_a_save_that_fails_while_writing_a_shard_commits_none_of_it(s3_fault_endpoint,
+                                                                   s3_fault_bucket,
+                                                                   monkeypatch):
+    """An error in DCP's own writing (here after the shard's first item was written) leaves
+    no shard and no ``.metadata``: the shard's stream is given up on the way
+    out of DCP's ``with`` block, where a pyarrow stream would store its prefix as the shard."""
+    import torch.distributed.checkpoint.filesystem as dcp_filesystem
+
+    written = []
+    original = dcp_filesystem._write_item
+
+    def write_once_then_fail(*args, **kwargs):
+        if written:
+            raise RuntimeError("serialisation failed in the middle of the shard")
+        written.append(True)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dcp_filesystem, "_write_item", write_once_then_fail)
+    ep = s3_fault_endpoint
+    ep.reset_record()
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    with pytest.raises(CheckpointException) as caught:
+        dcp.save(_state(), storage_writer=RetryingStorageWriter(
+            _location(ep, f"{s3_fault_bucket}/failed")))
+    assert "serialisation failed in the middle" in "".join(
+        str(failure) for failure in caught.value.failures.values())
+    assert written and ep.requests(["CreateMultipartUpload"])  # the shard's upload had begun
+    assert ep.keys(s3_fault_bucket, "failed") == []
+    assert not ep.requests(["CompleteMultipartUpload", "PutObject"])
