@@ -78,6 +78,7 @@ def _worker(rank: int, world_size: int, port: int, url: str, native: bool) -> No
         print(f"rank {rank}: checkpoint intact: {intact}", flush=True)
         if not intact:
             raise SystemExit(f"rank {rank}: the loaded state differs from the saved one")
+        dist.barrier()  # every rank done before any leaves: rank 0 holds the group's store
     finally:
         dist.destroy_process_group()
 
