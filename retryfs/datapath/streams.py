@@ -747,6 +747,9 @@ def _cpython_bytes_allocator() -> Callable[[int], tuple[bytes, memoryview]] | No
     def fresh(size: int) -> tuple[bytes, memoryview]:
         data = new(None, size)
         cells = (ctypes.c_char * size).from_address(id(data) + offset)
+        # the view keeps ``data`` alive: a read attempt abandoned by its timeout may still be
+        # writing into its slice after the read failed and dropped ``data``
+        cells.owner = data  # type: ignore[attr-defined]
         return data, memoryview(cells).cast("B")
 
     return fresh

@@ -579,3 +579,17 @@ def test_metadata_is_the_inner_stream_s(s3_fault_endpoint, s3_fault_bucket):
 def test_a_file_without_metadata_has_none(stored):
     f, _ = resumable(lambda: open(stored, "rb"), stored, Engine(), seekable=True)  # noqa: SIM115
     assert f.metadata() == {}
+
+
+@pytest.mark.skipif(streams._FRESH_BYTES is None, reason="CPython only")
+def test_a_slice_of_a_fresh_bytes_view_keeps_the_bytes_alive():
+    """A sub-read abandoned by its timeout may still write into its slice after the read
+    failed and dropped the ``bytes``: the slice must keep that memory alive."""
+    data, view = streams._FRESH_BYTES(64)
+    alone = sys.getrefcount(data)
+    piece = view[8:16]
+    view.release()
+    del view
+    assert sys.getrefcount(data) == alone  # held through the slice's buffer, not the view
+    del piece
+    assert sys.getrefcount(data) == alone - 1
