@@ -175,3 +175,33 @@ def test_the_dcp_example_saves_and_loads_on_two_processes_under_faults():
     assert "rank 0: checkpoint intact: True" in result.stdout
     assert "rank 1: checkpoint intact: True" in result.stdout
     assert "faults the endpoint injected: 12 " in result.stdout, result.stdout
+
+
+def test_a_save_that_fails_while_writing_a_shard_commits_none_of_it(s3_fault_endpoint,
+                                                                   s3_fault_bucket,
+                                                                   monkeypatch):
+    """DCP's ``create_stream`` deletes the shard when its writing raises, while the file is
+    still open: on plain s3fs the ``with`` block then closes the file and stores the prefix as
+    the shard. retryfs's file gives the upload up instead."""
+    import torch.distributed.checkpoint.filesystem as dcp_filesystem
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    written = []
+    original = dcp_filesystem._write_item
+
+    def write_once_then_fail(*args, **kwargs):
+        if written:
+            raise RuntimeError("serialisation failed in the middle of the shard")
+        written.append(True)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dcp_filesystem, "_write_item", write_once_then_fail)
+    ep = s3_fault_endpoint
+    ep.reset_record()
+    with pytest.raises(CheckpointException) as caught:
+        dcp.save(_state(), storage_writer=FsspecWriter(f"retry::s3://{s3_fault_bucket}/failed",
+                                                       **_options(ep)))
+    assert "serialisation failed in the middle" in "".join(
+        str(failure) for failure in caught.value.failures.values())
+    assert written and ep.keys(s3_fault_bucket, "failed") == []
+    assert not ep.requests(["CompleteMultipartUpload", "PutObject"])
