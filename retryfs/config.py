@@ -367,6 +367,11 @@ def _checked(name: str, parse: Callable[[Any], Any], value: Any) -> Any:
         raise type(exc)(f"{name}: {exc}") from None
 
 
+def checked_size(name: str, value: Any) -> int:
+    """A size in bytes (an int >= 0, or a string such as ``32MiB``); an error names ``name``."""
+    return cast(int, _checked(name, _size, value))
+
+
 def _timeout_spec(value: Any) -> dict[str, float]:
     if value is None:
         return {}

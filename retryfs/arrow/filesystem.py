@@ -31,6 +31,7 @@ from retryfs.config import (
     OnePartClient,
     WrapperConfig,
     check_operation_names,
+    checked_size,
     default,
     given,
     renamed,
@@ -474,6 +475,12 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         return self._open_input("open_input_file", path, seekable=True)
 
     def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
+        return self.open_replayable(path, metadata)
+
+    def open_replayable(self, path: str, metadata: Any,
+                        spool_memory: int | None = None) -> OutputFile:
+        """`open_output_stream`, keeping up to ``spool_memory`` bytes of its replay spool in
+        memory (``None``: the wrapper's ``spool_memory``)."""
         empty = self.empty_at_open(path)
         open_output = self._open_output if empty is None else empty.attempts(self._open_output)
 
@@ -489,7 +496,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             verify=self._landed if self.verify_writes else None,
             state_of=self._state_before,
             on_commit=self.failed_commits.record,
-            spool_memory=self.spool_memory,
+            spool_memory=self.spool_memory if spool_memory is None else spool_memory,
             attempt_timeout=with_parts_in_flight(self._per_attempt, first),
             on_give_up=None if empty is None else empty.remove,
         )
@@ -787,16 +794,22 @@ class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped li
 
     def open_output_stream(self, path: Any, compression: str | None = "detect",
                            buffer_size: int | None = None,
-                           metadata: dict[str, str] | None = None) -> pa.NativeFile:
+                           metadata: dict[str, str] | None = None, *,
+                           spool_memory: int | str | None = None) -> pa.NativeFile:
         """pyarrow's ``open_output_stream``, except that the stream a Python caller gets is
         the handler's `OutputFile` itself: a ``with`` block that raises commits nothing. With
         compression (a ``.gz`` path...) or a ``buffer_size``, pyarrow's wrapping stream closes
-        as pyarrow's do."""
+        as pyarrow's do. ``spool_memory``: this stream's, in place of the wrapper's (bytes of
+        the replay spool kept in memory before a temporary file)."""
         if not isinstance(path, (str, os.PathLike)):
+            if spool_memory is not None:
+                raise TypeError("spool_memory: only for a path (str or os.PathLike), got "
+                                f"{type(path).__name__}")
             return super().open_output_stream(path, compression=compression,
                                               buffer_size=buffer_size, metadata=metadata)
         path = os.fspath(path)
-        stream = self.retry_handler.open_output_stream(path, metadata)
+        spool = None if spool_memory is None else checked_size("spool_memory", spool_memory)
+        stream = self.retry_handler.open_replayable(path, metadata, spool)
         return self._wrap_output_stream(stream, path=path, compression=compression,
                                         buffer_size=buffer_size)
 

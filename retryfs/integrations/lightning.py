@@ -13,11 +13,12 @@ s3torchconnector ships ``S3LightningCheckpoint`` the same way). Without one, Lig
 through fsspec's ``fs.open("wb")`` inside ``fs.transaction`` unless it recognises the
 filesystem as s3fs, gcsfs or adlfs: on a ``retry::`` URL a checkpoint is then one part of its
 whole size, and the check after the commit is off inside the transaction. The plugin saves
-through retryfs's pyarrow face instead: the checkpoint is serialised first (a failure in
-``torch.save`` sends nothing), then uploaded by retryfs's copy data path from the bytes in
-memory (parts in parallel, a failed part re-sent alone, an attempt that fails re-reading the
-bytes from memory, the commit retried and proven new); a load reads the object with ranged,
-resumable reads. Paths may be ``retry::s3://b/k``, ``s3://b/k`` or local.
+through retryfs's pyarrow face instead. On an object store ``torch.save`` streams into the
+upload: parts go out in parallel while it serialises, a failed part is re-sent alone, an
+upload that fails is replayed from the spool (in memory up to ``spool_memory``), the commit is
+retried and proven new, and an error in ``torch.save`` commits nothing. On a local disk the
+checkpoint is serialised first, then written beside its name and renamed. A load reads the
+object with ranged, resumable reads. Paths may be ``retry::s3://b/k``, ``s3://b/k`` or local.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from retryfs.arrow.filesystem import RetryingFileSystem
+from retryfs.config import checked_size
 from retryfs.integrations.locations import Locations, on_local_disk, split_location
 
 try:  # Lightning 2.x ships as ``lightning`` and as ``pytorch_lightning``
@@ -37,10 +39,13 @@ try:  # Lightning 2.x ships as ``lightning`` and as ``pytorch_lightning``
 except ImportError:  # pragma: no cover - only without the ``lightning`` package
     from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 
-__all__ = ["RetryingCheckpointIO", "split_location"]
+__all__ = ["SPOOL_MEMORY", "RetryingCheckpointIO", "split_location"]
 
-#: The read size of an upload from memory (Ray Train copies with 64 MiB chunks too).
+#: The read size of a copy from memory onto a local disk (Ray Train copies with 64 MiB chunks).
 _CHUNK = 64 * 1024 * 1024
+#: How much of a checkpoint an upload keeps in memory to replay a failed upload whole (beyond
+#: it, a temporary file): the whole of most checkpoints, and a bound at any size.
+SPOOL_MEMORY = 1 << 30
 
 
 class _OneBuffer(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped library
@@ -91,6 +96,22 @@ class _OneBuffer(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped libra
     delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
 
 
+def _save_locally(fs: RetryingFileSystem, target: str, checkpoint: dict[str, Any]) -> None:
+    """A checkpoint onto a local disk: serialised first (an error in ``torch.save`` writes
+    nothing), then copied by retryfs's copy data path from the bytes in memory, written beside
+    its name and renamed (never a partial file under it)."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    parent = target.rsplit("/", 1)[0] if "/" in target.strip("/") else ""
+    if parent:
+        fs.create_dir(parent, recursive=True)
+    source = pafs.PyFileSystem(_OneBuffer(pa.py_buffer(buffer.getbuffer())))
+    pafs.copy_files(_OneBuffer.NAME, target, source_filesystem=source,
+                    destination_filesystem=fs, chunk_size=_CHUNK)
+
+
 class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped library
     """Save, load and remove Lightning checkpoints through a `retryfs.RetryingFileSystem`.
 
@@ -102,12 +123,17 @@ class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped libra
             by `retryfs.from_uri` from its scheme, bucket and ``retry_*`` query (credentials,
             region and the ``RETRYFS_*`` policy from the environment), once per store and
             process.
+        spool_memory: how much of a checkpoint an upload keeps in memory to replay a failed
+            upload whole (bytes, or a string such as ``"512MiB"``); beyond it, a temporary
+            file. 1 GiB by default, in place of the filesystem's own ``spool_memory``.
         **options: options of `RetryingFileSystem` (``policy=``, ``deadline``...) for the
             filesystems this plugin wraps or makes.
     """
 
-    def __init__(self, filesystem: Any = None, **options: Any) -> None:
+    def __init__(self, filesystem: Any = None, *, spool_memory: int | str = SPOOL_MEMORY,
+                 **options: Any) -> None:
         self._locations = Locations(filesystem, options)
+        self._spool_memory = checked_size("spool_memory", spool_memory)
 
     def resolve(self, path: Any) -> tuple[RetryingFileSystem, str]:
         """The filesystem a checkpoint location goes to, and the path on it."""
@@ -116,24 +142,21 @@ class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped libra
     # -- CheckpointIO ---------------------------------------------------------------------------
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any,
                         storage_options: Any | None = None) -> None:
-        """Serialise ``checkpoint`` with ``torch.save``, then upload it to ``path``."""
+        """``torch.save`` ``checkpoint`` into an upload to ``path`` (see the module)."""
         if storage_options is not None:
             raise TypeError("RetryingCheckpointIO.save_checkpoint takes no storage_options "
                             f"(got {storage_options!r}): configure the filesystem instead")
         import torch
 
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)  # before any request: a failure here sends nothing
         fs, target = self.resolve(path)
-        parent = target.rsplit("/", 1)[0] if "/" in target.strip("/") else ""
-        if parent and on_local_disk(fs):  # (an object store needs no directories)
-            fs.create_dir(parent, recursive=True)
-        # retryfs's copy data path from the bytes in memory: native streams (parts in
-        # parallel), each attempt reading the bytes again (no replay spool, no temporary
-        # file), the commit proven, a commit that finally fails raised by copy_files
-        source = pafs.PyFileSystem(_OneBuffer(pa.py_buffer(buffer.getbuffer())))
-        pafs.copy_files(_OneBuffer.NAME, target, source_filesystem=source,
-                        destination_filesystem=fs, chunk_size=_CHUNK)
+        if on_local_disk(fs):
+            _save_locally(fs, target, checkpoint)
+            return
+        # an object store: torch.save streams into the upload (parts sent while it serialises,
+        # the replay spool in memory up to spool_memory); an error in torch.save commits
+        # nothing (the stream is given up on the way out of the block)
+        with fs.open_output_stream(target, spool_memory=self._spool_memory) as stream:
+            torch.save(checkpoint, stream)
 
     def load_checkpoint(self, path: Any, map_location: Callable[..., Any] | Any = None,
                         weights_only: bool | None = None) -> dict[str, Any]:

@@ -310,3 +310,20 @@ def test_a_with_block_that_raises_on_a_local_disk_keeps_what_was_written(tmp_pat
     _write_then_fail(fs, path, [b"a" * GATHERED, b"b" * 10])
     with open(path, "rb") as f:
         assert f.read() in (b"", b"a" * GATHERED, b"a" * GATHERED + b"b" * 10)
+
+
+def test_a_stream_s_own_spool_memory_and_its_errors(tmp_path, monkeypatch):
+    from retryfs.datapath import streams
+
+    spools = []
+    original = streams.replay_spool
+    monkeypatch.setattr(streams, "replay_spool",
+                        lambda memory: spools.append(memory) or original(memory))
+    fs = RetryingFileSystem(pafs.LocalFileSystem(), FAST, spool_memory=MiB)
+    for name, spool in (("a", None), ("b", "64MiB"), ("c", 0)):
+        with fs.open_output_stream(str(tmp_path / name), spool_memory=spool) as out:
+            out.write(b"data")
+    assert spools == [MiB, 64 * MiB, 0]
+    with pytest.raises(ValueError, match="spool_memory"):
+        fs.open_output_stream(str(tmp_path / "d"), spool_memory="lots")
+    assert not (tmp_path / "d").exists()

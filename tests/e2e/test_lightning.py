@@ -139,13 +139,53 @@ def test_the_plugin_uploads_a_large_checkpoint_in_parts_and_resends_only_the_fai
     assert torch.equal(loaded["w"], state["w"])
 
 
-def test_a_checkpoint_that_cannot_be_serialised_sends_nothing(s3_fault_endpoint,
-                                                             s3_fault_bucket):
+def test_a_checkpoint_that_cannot_be_serialised_commits_nothing(s3_fault_endpoint,
+                                                                s3_fault_bucket):
     plugin = _plugin(s3_fault_endpoint, s3_fault_bucket)
+    s3_fault_endpoint.put_object(s3_fault_bucket, "bad.ckpt", b"the last good checkpoint")
     s3_fault_endpoint.reset_record()
     with pytest.raises(Exception):  # noqa: B017 - pickle's own error, whatever its type
         plugin.save_checkpoint({"f": lambda: None}, f"s3://{s3_fault_bucket}/bad.ckpt")
-    assert s3_fault_endpoint.requests() == []
+    assert s3_fault_endpoint.get_object(s3_fault_bucket, "bad.ckpt") == \
+        b"the last good checkpoint"
+    assert not s3_fault_endpoint.requests(["PutObject", "CompleteMultipartUpload"])
+
+
+def test_a_save_that_fails_in_the_middle_commits_nothing(s3_fault_endpoint, s3_fault_bucket,
+                                                         monkeypatch):
+    """The checkpoint streams into its upload: parts are on their way when ``torch.save``
+    fails, and the upload is given up, not committed (pyarrow's stream would store them)."""
+    plugin = _plugin(s3_fault_endpoint, s3_fault_bucket)
+
+    def save_then_fail(obj, stream, *args, **kwargs):
+        stream.write(b"x" * (12 * 2**20))  # more than a part: one is sent
+        raise RuntimeError("torch.save failed in the middle")
+
+    monkeypatch.setattr(torch, "save", save_then_fail)
+    s3_fault_endpoint.reset_record()
+    with pytest.raises(RuntimeError, match="in the middle"):
+        plugin.save_checkpoint({"a": 1}, f"s3://{s3_fault_bucket}/half.ckpt")
+    assert s3_fault_endpoint.requests(["CreateMultipartUpload"])
+    assert not s3_fault_endpoint.requests(["PutObject", "CompleteMultipartUpload"])
+    assert "half.ckpt" not in s3_fault_endpoint.keys(s3_fault_bucket)
+
+
+def test_the_upload_keeps_its_replay_spool_in_memory_up_to_spool_memory(s3_fault_endpoint,
+                                                                        s3_fault_bucket,
+                                                                        monkeypatch):
+    from retryfs.datapath import streams
+
+    spools = []
+    original = streams.replay_spool
+    monkeypatch.setattr(streams, "replay_spool",
+                        lambda memory: spools.append(memory) or original(memory))
+    fs, _ = retryfs.from_uri(s3_fault_endpoint.uri(s3_fault_bucket))
+    RetryingCheckpointIO(fs).save_checkpoint({"a": 1}, f"s3://{s3_fault_bucket}/a.ckpt")
+    RetryingCheckpointIO(fs, spool_memory="8MiB").save_checkpoint(
+        {"a": 1}, f"s3://{s3_fault_bucket}/b.ckpt")
+    assert spools == [2**30, 8 * 2**20]  # (the filesystem's own: 32 MiB)
+    with pytest.raises(ValueError, match="spool_memory"):
+        RetryingCheckpointIO(fs, spool_memory=-1)
 
 
 def test_remove_and_missing_checkpoints(s3_fault_endpoint, s3_fault_bucket):
@@ -168,7 +208,7 @@ def test_a_path_on_a_given_object_store_makes_no_directory(s3_fault_endpoint, s3
     plugin = _plugin(s3_fault_endpoint, s3_fault_bucket)
     s3_fault_endpoint.reset_record()
     plugin.save_checkpoint({"a": torch.ones(3)}, f"{s3_fault_bucket}/x/y/a.ckpt")
-    assert [r.key for r in s3_fault_endpoint.requests(op="PutObject")] == ["x/y/a.ckpt"]
+    assert [r.key for r in s3_fault_endpoint.requests(op="PutObject")] == []  # no marker
     assert s3_fault_endpoint.keys(s3_fault_bucket, "x/") == ["x/y/a.ckpt"]
 
 
