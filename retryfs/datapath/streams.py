@@ -85,12 +85,75 @@ def discard(stream: Any) -> None:
         pass
 
 
-def replay_spool(memory: int) -> IO[bytes]:
+def replay_spool(memory: int) -> ReplaySpool:
     """Memory up to ``memory`` bytes, then a temporary file; ``0``: a temporary file from the
-    first byte (``SpooledTemporaryFile`` reads ``max_size=0`` as "never spill")."""
-    if memory <= 0:
-        return tempfile.TemporaryFile(prefix="retryfs-")
-    return tempfile.SpooledTemporaryFile(max_size=memory, prefix="retryfs-")
+    first byte."""
+    return ReplaySpool(memory)
+
+
+class ReplaySpool:
+    """Every byte written to a stream, kept to replay it: the first ``memory`` bytes in
+    memory, the rest in a temporary file (``retryfs-...``) made at the first byte past them.
+    ``SpooledTemporaryFile`` would move what it holds into the file when it spills: at a
+    1 GiB spool, a 1 GiB burst of writes to the disk in the middle of an upload. Writes
+    append; reads start where ``seek`` put the position and may end early at the memory's
+    end (a caller reads until it gets ``b""``); ``read()`` reads all the rest."""
+
+    def __init__(self, memory: int) -> None:
+        self._memory = max(0, memory)
+        self._head = bytearray()
+        self._tail: IO[bytes] | None = None
+        self._size = 0
+        self._pos = 0
+        self.closed = False
+
+    def __enter__(self) -> ReplaySpool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        room = max(0, self._memory - len(self._head))
+        if room:
+            self._head += view[:room]
+        if len(view) > room:
+            if self._tail is None:
+                self._tail = tempfile.TemporaryFile(prefix="retryfs-")
+            self._tail.seek(0, io.SEEK_END)
+            self._tail.write(view[room:])
+        self._size += len(view)
+        self._pos = self._size
+        return len(view)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._pos = offset if whence == io.SEEK_SET else self._size + offset
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            chunks = []
+            while chunk := self.read(_REPLAY_CHUNK):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        start, end = self._pos, min(self._size, self._pos + size)
+        if start >= end:
+            return b""
+        if start < len(self._head):
+            data = bytes(self._head[start:min(end, len(self._head))])
+        else:
+            assert self._tail is not None  # bytes past the memory are in the file
+            self._tail.seek(start - len(self._head))
+            data = self._tail.read(end - start)
+        self._pos += len(data)
+        return data
+
+    def close(self) -> None:
+        self.closed = True
+        self._head = bytearray()
+        if self._tail is not None:
+            self._tail.close()
 
 
 def abandon_stream(stream: Any) -> None:
