@@ -327,7 +327,7 @@ def _cmd_cat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if info.type == pafs.FileType.Directory:
         raise UsageError(f"{_shown(args.url)} is a directory")
     sink = getattr(out, "buffer", out)
-    with fs.open_input_stream(path) as stream:
+    with fs.open_input_stream(path, compression=None) as stream:
         while True:
             data = stream.read(1024 * 1024)
             if not data:

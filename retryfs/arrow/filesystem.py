@@ -505,7 +505,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
     def open_append_stream(self, path: str, metadata: Any) -> pa.NativeFile:
         # Appends are not replayable: only opening is retried.
         return self._call("open_append_stream", path, self.inner.open_append_stream, path,
-                          metadata=metadata)
+                          compression=None, metadata=metadata)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _open_output(self, path: str, metadata: Any) -> Any:
@@ -516,7 +516,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             # (a partial object) and send a failed part once more.
             return retry_parts_in_place(self.original.open(path, mode="wb"), self.retrier, path,
                                         self._per_attempt)
-        stream = self.writer.open_output_stream(path, metadata=metadata)
+        stream = self.writer.open_output_stream(path, compression=None, metadata=metadata)
         # Its close waits for part uploads on Arrow's IO pool, which copy_files may have filled
         # with closes like this one (apache/arrow#15233): lend the pool a thread meanwhile.
         if not self._background_writes:
@@ -533,8 +533,9 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         read_timeout = self.timeouts.get("read")
 
         def opened(name: str) -> Any:
-            inner = self._call(name, path, getattr(self.inner, _native_open(self.inner, name)),
-                               path)
+            method = _native_open(self.inner, name)
+            raw = {"compression": None} if method == "open_input_stream" else {}
+            inner = self._call(name, path, getattr(self.inner, method), path, **raw)
             return inner if read_timeout is None else TimedInputStream(inner, read_timeout,
                                                                        "read", path)
 
@@ -621,7 +622,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         after = arrow_state(self.inner, path)
 
         def read_back() -> bytes:  # its size at once: through fsspec, read() asks in chunks
-            with self.inner.open_input_stream(path) as stream:
+            with self.inner.open_input_stream(path, compression=None) as stream:
                 return bytes(stream.read(size))
 
         return is_new(after, size, digest, before, lambda: read_md5(read_back))

@@ -174,7 +174,7 @@ class ObstoreSmallFiles(pafs.FileSystemHandler):  # type: ignore[misc]
 
     def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
         if metadata or not _runtime_here():
-            return self.arrow.open_output_stream(path, metadata=metadata)
+            return self.arrow.open_output_stream(path, compression=None, metadata=metadata)
         bucket, key = _bucket_and_key(path)
         return pa.PythonFile(_PutOnClose(self, path, bucket, key), mode="w")
 
@@ -192,7 +192,7 @@ class ObstoreSmallFiles(pafs.FileSystemHandler):  # type: ignore[misc]
         bucket, key = _bucket_and_key(path)
         result = obstore.get(self.store(bucket), key)
         written = 0
-        with destination_fs.open_output_stream(target) as out:
+        with destination_fs.open_output_stream(target, compression=None) as out:
             for chunk in result.stream(min_chunk_size=FETCH_CHUNK):
                 out.write(chunk)
                 written += len(chunk)
@@ -248,7 +248,7 @@ class _PutOnClose:
             raise ValueError("write to a closed stream")
         size = memoryview(data).nbytes
         if self._stream is None and self._size + size > ONE_PART:
-            self._stream = self._owner.arrow.open_output_stream(self._path)
+            self._stream = self._owner.arrow.open_output_stream(self._path, compression=None)
             for held in self._held:
                 self._stream.write(held)
             self._held = []

@@ -197,7 +197,7 @@ def arrow_state(fs: pafs.FileSystem, path: str) -> ObjectState | None:
     other by ``get_file_info``; ``None`` when there is no file there."""
     if _s3_of(fs):
         try:
-            stream = fs.open_input_stream(path)
+            stream = fs.open_input_stream(path, compression=None)
         except FileNotFoundError:
             return None
         with stream:

@@ -611,7 +611,7 @@ def _upload(handler: CopyTarget, source_fs: pafs.FileSystem, source: str, destin
             before[0] = state_before(handler.retrier.call, destination,
                                      functools.partial(arrow_state, handler.inner))
 
-        with source_fs.open_input_stream(source) as reader:
+        with source_fs.open_input_stream(source, compression=None) as reader:
             copied = pump_into(writer, target, reader, buffer_size, abandoned, beside,
                                empty=handler.empty_at_open(target), listed=size,
                                digest=digest, grown=grown)
@@ -656,7 +656,7 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
     open_output = fs.open_output_stream if empty is None else empty.attempts(
         fs.open_output_stream)
     try:
-        writer = open_output(target, metadata=metadata)
+        writer = open_output(target, compression=None, metadata=metadata)
         if empty is not None:
             empty.opened()
         return _pump(reader, writer, buffer_size, abandoned,

@@ -87,7 +87,7 @@ class RetryingDCPFileSystem(FileSystemBase):  # type: ignore[misc]  # untyped li
                       ) -> Generator[io.IOBase, None, None]:
         path = os.fspath(path)
         if mode == "wb":
-            with self.fs.open_output_stream(path) as stream:
+            with self.fs.open_output_stream(path, compression=None) as stream:
                 yield stream
         elif mode == "rb":
             with self.fs.open_input_file(path) as stream:

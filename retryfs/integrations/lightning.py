@@ -155,7 +155,8 @@ class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped libra
         # an object store: torch.save streams into the upload (parts sent while it serialises,
         # the replay spool in memory up to spool_memory); an error in torch.save commits
         # nothing (the stream is given up on the way out of the block)
-        with fs.open_output_stream(target, spool_memory=self._spool_memory) as stream:
+        with fs.open_output_stream(target, compression=None,  # (not by the name's suffix)
+                                   spool_memory=self._spool_memory) as stream:
             torch.save(checkpoint, stream)
 
     def load_checkpoint(self, path: Any, map_location: Callable[..., Any] | Any = None,

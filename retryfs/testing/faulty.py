@@ -226,7 +226,8 @@ class _FaultyOutput(io.RawIOBase):
                     return
                 if fault.error is not None:
                     raise fault.error()
-            with self._fs.open_output_stream(self._path, metadata=self._metadata) as out:
+            with self._fs.open_output_stream(self._path, compression=None,
+                                             metadata=self._metadata) as out:
                 out.write(self._buffer.getvalue())
             if fault is not None and fault.applied:  # committed, then the answer was lost
                 self._plan.hold(fault)
@@ -360,7 +361,7 @@ class _FaultyHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped l
 
     def open_input_stream(self, path: str) -> pa.NativeFile:
         inner = self.plan.run("open_input_stream", path,
-                              lambda: self.inner.open_input_stream(path))
+                              lambda: self.inner.open_input_stream(path, compression=None))
         return pa.PythonFile(_FaultyInput(self.plan, inner, path), mode="r")
 
     def open_input_file(self, path: str) -> pa.NativeFile:
@@ -373,7 +374,8 @@ class _FaultyHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped l
 
     def open_append_stream(self, path: str, metadata: Any) -> pa.NativeFile:
         inner = self.plan.run("open_append_stream", path,
-                              lambda: self.inner.open_append_stream(path, metadata=metadata))
+                              lambda: self.inner.open_append_stream(path, compression=None,
+                                                                    metadata=metadata))
         return pa.PythonFile(_FaultyAppend(self.plan, inner, path), mode="w")
 
 

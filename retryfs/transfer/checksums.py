@@ -39,7 +39,7 @@ def etag_of(fs: RetryingFileSystem, path: str) -> str | None:
 
     def head() -> Any:
         if isinstance(original, pafs.S3FileSystem):
-            with original.open_input_stream(path) as stream:
+            with original.open_input_stream(path, compression=None) as stream:
                 value = stream.metadata().get(b"ETag") or stream.metadata().get("ETag")
             return value.decode() if isinstance(value, bytes) else value
         if is_fsspec(original) and "s3" in str(getattr(original, "protocol", "")):
@@ -144,7 +144,7 @@ def same_sha256(src: RetryingFileSystem, src_path: str, dst: RetryingFileSystem,
 
 def read_all(fs: RetryingFileSystem, path: str, sink: Callable[[bytes], None],
               chunk: int = CHUNK) -> None:
-    with fs.open_input_stream(path) as stream:
+    with fs.open_input_stream(path, compression=None) as stream:
         while True:
             data = stream.read(chunk)
             if not data:

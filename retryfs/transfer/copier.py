@@ -32,6 +32,7 @@ transfers only what is missing.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import hashlib
 import logging
 import os
@@ -334,7 +335,9 @@ class _Copier:
         target = item.destination
         if self.dst_local:  # write beside, rename on success: never a partial file in place
             target = temporary_beside(item.destination, uuid.uuid4().hex[:8])
-        source = _final(self.src.open_input_stream, item.source)  # reads resume by themselves
+        # reads resume by themselves; the bytes as stored (no decompression by the name)
+        source = _final(functools.partial(self.src.open_input_stream, compression=None),
+                        item.source)
         out = None
         written = 0
         closing = False
@@ -342,7 +345,7 @@ class _Copier:
             if self.dst_fsspec:
                 out = self.dst_original.open(target, "wb")
             else:
-                out = self.dst_inner.open_output_stream(target)
+                out = self.dst_inner.open_output_stream(target, compression=None)
             while True:
                 if self.stop.is_set():
                     raise _Cancelled()

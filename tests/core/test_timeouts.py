@@ -101,8 +101,8 @@ def test_the_abandoned_stream_is_closed_when_its_call_returns(store):
     opened = []
     real_open = handler.inner.open_input_stream
 
-    def spy(p):
-        stream = real_open(p)
+    def spy(p, **options):
+        stream = real_open(p, **options)
         opened.append(stream)
         return stream
 

@@ -212,6 +212,17 @@ def test_a_path_on_a_given_object_store_makes_no_directory(s3_fault_endpoint, s3
     assert s3_fault_endpoint.keys(s3_fault_bucket, "x/") == ["x/y/a.ckpt"]
 
 
+def test_a_checkpoint_named_like_a_compressed_file_is_stored_as_torch_saved_it(
+        s3_fault_endpoint, s3_fault_bucket):
+    """pyarrow's ``open_output_stream`` compresses by the name's suffix; a checkpoint is
+    stored as ``torch.save`` wrote it, whatever its name, and loads back."""
+    plugin = _plugin(s3_fault_endpoint, s3_fault_bucket)
+    plugin.save_checkpoint({"a": torch.arange(5)}, f"s3://{s3_fault_bucket}/m.ckpt.gz")
+    assert s3_fault_endpoint.get_object(s3_fault_bucket, "m.ckpt.gz")[:2] == b"PK"  # a zip
+    loaded = plugin.load_checkpoint(f"s3://{s3_fault_bucket}/m.ckpt.gz")
+    assert torch.equal(loaded["a"], torch.arange(5))
+
+
 def test_local_checkpoints_and_locations(tmp_path):
     plugin = RetryingCheckpointIO(policy=retryfs.RetryPolicy(max_attempts=2))
     target = tmp_path / "d" / "m.ckpt"
