@@ -128,6 +128,8 @@ class ReplaySpool:
         return len(view)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence not in (io.SEEK_SET, io.SEEK_END):
+            raise ValueError(f"a replay spool seeks from its start or end, not {whence!r}")
         self._pos = offset if whence == io.SEEK_SET else self._size + offset
         return self._pos
 
@@ -141,7 +143,8 @@ class ReplaySpool:
         if start >= end:
             return b""
         if start < len(self._head):
-            data = bytes(self._head[start:min(end, len(self._head))])
+            with memoryview(self._head) as head:  # released at once: the head grows
+                data = bytes(head[start:min(end, len(self._head))])
         else:
             assert self._tail is not None  # bytes past the memory are in the file
             self._tail.seek(start - len(self._head))

@@ -935,3 +935,14 @@ def test_the_stream_spills_past_spool_memory_and_drops_the_spill_at_close(
     assert len(open_files_under(tmp_path)) == 1
     stream.close()
     assert open_files_under(tmp_path) == [] and store.objects[PATH] == b"abcde"
+
+
+def test_the_spool_seeks_from_its_start_or_its_end_only() -> None:
+    with replay_spool(8) as spool:
+        spool.write(b"abcdef")
+        assert spool.seek(-2, io.SEEK_END) == 4 and spool.read() == b"ef"
+        with pytest.raises(ValueError, match="start or end"):
+            spool.seek(1, io.SEEK_CUR)
+        spool.write(b"g")  # the head grows after a read of it: no view of it is left open
+        spool.seek(0)
+        assert spool.read() == b"abcdefg"
