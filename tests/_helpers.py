@@ -71,3 +71,30 @@ def retry_events(stats: Any) -> tuple[list[Any], list[Any]]:
     stats.on_retry(retries.append)
     stats.on_giveup(giveups.append)
     return retries, giveups
+
+
+#: What `dcp_writes_fail_after_one_item` makes DCP raise.
+DCP_WRITE_FAILURE = "serialisation failed in the middle of the shard"
+
+
+def dcp_writes_fail_after_one_item(monkeypatch: Any) -> list[bool]:
+    """DCP's writer raises after it wrote one item of a shard (its stream open, bytes in it);
+    the list holds one True once that item was written."""
+    import torch.distributed.checkpoint.filesystem as dcp_filesystem
+
+    written: list[bool] = []
+    original = dcp_filesystem._write_item
+
+    def write_once_then_fail(*args: Any, **kwargs: Any) -> Any:
+        if written:
+            raise RuntimeError(DCP_WRITE_FAILURE)
+        written.append(True)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dcp_filesystem, "_write_item", write_once_then_fail)
+    return written
+
+
+def checkpoint_failures(error: Any) -> str:
+    """The text of every rank's failure in a DCP ``CheckpointException``."""
+    return "".join(str(failure) for failure in error.failures.values())

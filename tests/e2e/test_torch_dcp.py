@@ -13,7 +13,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from _helpers import require
+from _helpers import (
+    DCP_WRITE_FAILURE,
+    checkpoint_failures,
+    dcp_writes_fail_after_one_item,
+    require,
+)
 
 from retryfs.testing import S3Fault
 
@@ -183,25 +188,12 @@ def test_a_save_that_fails_while_writing_a_shard_commits_none_of_it(s3_fault_end
     """DCP's ``create_stream`` deletes the shard when its writing raises, while the file is
     still open: on plain s3fs the ``with`` block then closes the file and stores the prefix as
     the shard. retryfs's file gives the upload up instead."""
-    import torch.distributed.checkpoint.filesystem as dcp_filesystem
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    written = []
-    original = dcp_filesystem._write_item
-
-    def write_once_then_fail(*args, **kwargs):
-        if written:
-            raise RuntimeError("serialisation failed in the middle of the shard")
-        written.append(True)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(dcp_filesystem, "_write_item", write_once_then_fail)
+    written = dcp_writes_fail_after_one_item(monkeypatch)
     ep = s3_fault_endpoint
     ep.reset_record()
-    with pytest.raises(CheckpointException) as caught:
+    with pytest.raises(dcp.api.CheckpointException) as caught:
         dcp.save(_state(), storage_writer=FsspecWriter(f"retry::s3://{s3_fault_bucket}/failed",
                                                        **_options(ep)))
-    assert "serialisation failed in the middle" in "".join(
-        str(failure) for failure in caught.value.failures.values())
+    assert DCP_WRITE_FAILURE in checkpoint_failures(caught.value)
     assert written and ep.keys(s3_fault_bucket, "failed") == []
     assert not ep.requests(["CompleteMultipartUpload", "PutObject"])

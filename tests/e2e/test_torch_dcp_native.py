@@ -15,7 +15,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from _helpers import require
+from _helpers import (
+    DCP_WRITE_FAILURE,
+    checkpoint_failures,
+    dcp_writes_fail_after_one_item,
+    require,
+)
 
 import retryfs
 from retryfs.testing import S3Fault
@@ -342,29 +347,15 @@ def test_a_save_that_fails_while_writing_a_shard_commits_none_of_it(s3_fault_end
                                                                    s3_fault_bucket,
                                                                    monkeypatch):
     """An error in DCP's own writing (here after the shard's first item was written) leaves
-    no shard and no ``.metadata``: the shard's stream is given up on the way
-    out of DCP's ``with`` block, where a pyarrow stream would store its prefix as the shard."""
-    import torch.distributed.checkpoint.filesystem as dcp_filesystem
-
-    written = []
-    original = dcp_filesystem._write_item
-
-    def write_once_then_fail(*args, **kwargs):
-        if written:
-            raise RuntimeError("serialisation failed in the middle of the shard")
-        written.append(True)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(dcp_filesystem, "_write_item", write_once_then_fail)
+    no shard and no ``.metadata``: the shard's stream is given up on the way out of DCP's
+    ``with`` block, where a pyarrow stream would store its prefix as the shard."""
+    written = dcp_writes_fail_after_one_item(monkeypatch)
     ep = s3_fault_endpoint
     ep.reset_record()
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    with pytest.raises(CheckpointException) as caught:
+    with pytest.raises(dcp.api.CheckpointException) as caught:
         dcp.save(_state(), storage_writer=RetryingStorageWriter(
             _location(ep, f"{s3_fault_bucket}/failed")))
-    assert "serialisation failed in the middle" in "".join(
-        str(failure) for failure in caught.value.failures.values())
+    assert DCP_WRITE_FAILURE in checkpoint_failures(caught.value)
     assert written and ep.requests(["CreateMultipartUpload"])  # the shard's upload had begun
     assert ep.keys(s3_fault_bucket, "failed") == []
     assert not ep.requests(["CompleteMultipartUpload", "PutObject"])
