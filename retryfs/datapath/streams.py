@@ -13,12 +13,11 @@ import ctypes
 import functools
 import io
 import platform
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 from fsspec.spec import AbstractBufferedFile
@@ -30,11 +29,11 @@ from retryfs.core.timeouts import AttemptSignal, in_background, run_with_timeout
 from retryfs.errors import CommitNotVisibleError, InnerFileClosedError
 
 from .commits import report_commit, watching
+from .spool import REPLAY_CHUNK, replay_spool
 
 __all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY", "SUB_READ",
            "abandon_stream", "discard"]
 
-_REPLAY_CHUNK = 8 * 1024 * 1024
 
 #: The largest read one attempt makes: a larger read is served as sub-reads of this size, so a
 #: fault costs at most this many bytes again (on S3 each sub-read is one ranged GET).
@@ -83,80 +82,6 @@ def discard(stream: Any) -> None:
             stream.close()
     except Exception:  # noqa: BLE001 - the stream is broken already; its error was handled
         pass
-
-
-def replay_spool(memory: int) -> ReplaySpool:
-    """Memory up to ``memory`` bytes, then a temporary file; ``0``: a temporary file from the
-    first byte."""
-    return ReplaySpool(memory)
-
-
-class ReplaySpool:
-    """Every byte written to a stream, kept to replay it: the first ``memory`` bytes in
-    memory, the rest in a temporary file (``retryfs-...``) made at the first byte past them.
-    ``SpooledTemporaryFile`` would move what it holds into the file when it spills: at a
-    1 GiB spool, a 1 GiB burst of writes to the disk in the middle of an upload. Writes
-    append; reads start where ``seek`` put the position and may end early at the memory's
-    end (a caller reads until it gets ``b""``); ``read()`` reads all the rest."""
-
-    def __init__(self, memory: int) -> None:
-        self._memory = max(0, memory)
-        self._head = bytearray()
-        self._tail: IO[bytes] | None = None
-        self._size = 0
-        self._pos = 0
-        self.closed = False
-
-    def __enter__(self) -> ReplaySpool:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        room = max(0, self._memory - len(self._head))
-        if room:
-            self._head += view[:room]
-        if len(view) > room:
-            if self._tail is None:
-                self._tail = tempfile.TemporaryFile(prefix="retryfs-")
-            self._tail.seek(0, io.SEEK_END)
-            self._tail.write(view[room:])
-        self._size += len(view)
-        self._pos = self._size
-        return len(view)
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence not in (io.SEEK_SET, io.SEEK_END):
-            raise ValueError(f"a replay spool seeks from its start or end, not {whence!r}")
-        self._pos = offset if whence == io.SEEK_SET else self._size + offset
-        return self._pos
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            chunks = []
-            while chunk := self.read(_REPLAY_CHUNK):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        start, end = self._pos, min(self._size, self._pos + size)
-        if start >= end:
-            return b""
-        if start < len(self._head):
-            with memoryview(self._head) as head:  # released at once: the head grows
-                data = bytes(head[start:min(end, len(self._head))])
-        else:
-            assert self._tail is not None  # bytes past the memory are in the file
-            self._tail.seek(start - len(self._head))
-            data = self._tail.read(end - start)
-        self._pos += len(data)
-        return data
-
-    def close(self) -> None:
-        self.closed = True
-        self._head = bytearray()
-        if self._tail is not None:
-            self._tail.close()
 
 
 def abandon_stream(stream: Any) -> None:
@@ -475,7 +400,7 @@ class ReplayableOutputStream(io.RawIOBase):
     def _read_spool(self, offset: int) -> bytes:
         with self._spool_lock:
             self._spool.seek(offset)
-            return self._spool.read(_REPLAY_CHUNK)
+            return self._spool.read(REPLAY_CHUNK)
 
 
 def _drop_abandoned(sink: _Sink | None) -> None:
@@ -786,7 +711,7 @@ class ResumableInputFile(io.RawIOBase):
         elif self._inner_pos < self._pos:
             remaining = self._pos - self._inner_pos
             while remaining:
-                skipped = inner.read(min(remaining, _REPLAY_CHUNK))
+                skipped = inner.read(min(remaining, REPLAY_CHUNK))
                 if not skipped:
                     raise OSError(f"{self.path!r} ended before offset {self._pos} on reopen")
                 remaining -= len(skipped)

@@ -39,13 +39,13 @@ from retryfs.core.stats import RetryEvent, RetryStats
 from retryfs.core.timeouts import AttemptTimeoutError
 from retryfs.datapath import streams as streams_module
 from retryfs.datapath.commits import copy_session
+from retryfs.datapath.spool import replay_spool
 from retryfs.datapath.streams import (
     ReplayableOutputStream,
     _drop_abandoned,
     _Sink,
     abandon_stream,
     discard,
-    replay_spool,
 )
 from retryfs.testing import FaultyFileSystem
 
@@ -439,7 +439,7 @@ def test_a_reopen_that_fails_is_retried_with_its_replay(store: Store) -> None:
 
 
 def test_a_replay_larger_than_a_chunk_goes_out_in_chunks(store: Store) -> None:
-    chunk = streams_module._REPLAY_CHUNK
+    chunk = streams_module.REPLAY_CHUNK
     data = [os.urandom(chunk), os.urandom(1000), b"xyz"]
     stats = RetryStats()
     store.inject("write", reset, skip=2)
