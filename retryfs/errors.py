@@ -36,19 +36,31 @@ class CommitNotVisibleError(RetryfsError, OSError):
     """A write was committed without error, but the object is not there, has another size, or
     is the older object it was to replace (a commit acknowledged and not stored).
 
-    Transient by classification: the stream replays its bytes and commits again.
+    Transient by classification: the stream replays its bytes and commits again, after
+    ``retry_after`` seconds at least when it is set (the destination unchanged since before
+    the write: `retryfs.core.proof.Unchanged`).
     """
 
-    @classmethod
-    def written(cls, path: str, size: int) -> CommitNotVisibleError:
-        """The error of a write whose destination does not prove the ``size`` bytes written."""
-        return cls(f"{path!r} was committed but does not hold the {size} bytes written "
-                   "(missing, another size, or the object that was there before)")
+    retry_after: float | None = None
 
     @classmethod
-    def copied(cls, path: str, size: int) -> CommitNotVisibleError:
+    def written(cls, path: str, size: int, verdict: object = False) -> CommitNotVisibleError:
+        """The error of a write whose destination does not prove the ``size`` bytes written
+        (``verdict``: what the check found)."""
+        return cls._of(verdict, f"{path!r} was committed but does not hold the {size} bytes "
+                       "written (missing, another size, or the object that was there before)")
+
+    @classmethod
+    def copied(cls, path: str, size: int, verdict: object = False) -> CommitNotVisibleError:
         """The error of a copy whose destination does not hold the ``size`` bytes copied."""
-        return cls(f"{path!r} was committed but does not hold the {size} bytes copied")
+        return cls._of(verdict, f"{path!r} was committed but does not hold the {size} bytes "
+                       "copied")
+
+    @classmethod
+    def _of(cls, verdict: object, message: str) -> CommitNotVisibleError:
+        error = cls(message)
+        error.retry_after = getattr(verdict, "retry_after", None)
+        return error
 
 
 class VerificationError(CommitNotVisibleError):

@@ -43,6 +43,7 @@ from retryfs.core.policy import OPERATION_GROUPS, RetryPolicy
 from retryfs.core.proof import (
     UNKNOWN,
     Proofs,
+    Verdict,
     WriteDigest,
     arrow_entry,
     arrow_state,
@@ -609,7 +610,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
                                      in_flight)
 
     def _landed(self, path: str, size: int, digest: WriteDigest | None = None,
-                before: Any = UNKNOWN) -> bool:
+                before: Any = UNKNOWN) -> Verdict:
         """Whether ``path`` now holds the ``size`` bytes written (read-after-write check): the
         new object, not an older one of the same size (`retryfs.core.proof.is_new`: S3's ETag
         against the bytes' MD5, or a change since ``before``). The copy data path leaves its

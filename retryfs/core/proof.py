@@ -36,9 +36,9 @@ import pyarrow.fs as pafs
 
 from .locations import subtree_base
 
-__all__ = ["HASHED", "UNKNOWN", "Entry", "ObjectState", "Proofs", "WriteDigest", "arrow_entry",
+__all__ = ["HASHED", "UNCHANGED", "UNKNOWN", "Entry", "ObjectState", "Proofs", "WriteDigest", "arrow_entry",
            "arrow_state", "etag_hex", "fsspec_entry", "fsspec_state", "is_new", "moved_here",
-           "multipart_etag", "read_md5", "state_before", "verdict"]
+           "multipart_etag", "read_md5", "state_before", "verdict", "Unchanged", "Verdict"]
 
 #: The bytes of a write hashed (MD5) to prove its content; beyond, the proof is the change of
 #: the destination since before the write.
@@ -57,6 +57,31 @@ class _Unknown:
 
 #: The destination's state before the write was not taken.
 UNKNOWN: Final = _Unknown()
+
+
+class Unchanged:
+    """The verdict on a write whose destination is just as it was before it (size, ETag and
+    the second of its Last-Modified): falsy, not proven. Either its commit was lost, or it
+    stored the same bytes as the object it replaced within that object's second, which an
+    object past `HASHED` (not hashed) cannot tell apart. The commit made again one second
+    later lands in another second and proves itself: `retry_after`, honoured by the retry
+    engine, where backoff alone sent the whole object two to four more times."""
+
+    #: Seconds before the write is made again (Last-Modified has a resolution of one second).
+    retry_after: Final = 1.0
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: See `Unchanged`.
+UNCHANGED: Final = Unchanged()
+
+#: What a check after a commit finds: proven (True), not (False), or `UNCHANGED`.
+Verdict = bool | Unchanged
 
 
 @dataclass(frozen=True)
@@ -126,10 +151,10 @@ def changed(after: ObjectState, before: ObjectState) -> bool:
 
 
 def verdict(after: ObjectState | None, size: int, digest: WriteDigest | None,
-            before: Any) -> bool | None:
-    """Whether ``after`` (the destination now) proves a write of ``size`` bytes landed, or
-    ``None`` when only its content can tell (read it back and compare its MD5 with
-    ``digest``'s: `is_new`).
+            before: Any) -> Verdict | None:
+    """Whether ``after`` (the destination now) proves a write of ``size`` bytes landed
+    (`UNCHANGED` when it is just as ``before``), or ``None`` when only its content can tell
+    (read it back and compare its MD5 with ``digest``'s: `is_new`).
 
     ``before``: the destination's state before the write (`ObjectState`, ``None`` for nothing
     there, or `UNKNOWN`); ``digest``: the write's `WriteDigest` (``None``: not hashed).
@@ -155,11 +180,13 @@ def verdict(after: ObjectState | None, size: int, digest: WriteDigest | None,
             return None
         if before is UNKNOWN:
             return None  # no ETag, no MD5, no earlier state: the content decides
-    return before is UNKNOWN  # nothing to compare with, nothing hashed: the size alone
+    if before is UNKNOWN:
+        return True  # nothing to compare with, nothing hashed: the size alone
+    return UNCHANGED  # the object that was there, or the same bytes within its second
 
 
 def is_new(after: ObjectState | None, size: int, digest: WriteDigest | None, before: Any,
-           read_back: Callable[[], str]) -> bool:
+           read_back: Callable[[], str]) -> Verdict:
     """`verdict`, the content read back (``read_back``: its MD5; its error is raised) where
     only the content can tell."""
     found = verdict(after, size, digest, before)

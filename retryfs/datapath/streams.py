@@ -24,7 +24,7 @@ from fsspec.spec import AbstractBufferedFile
 
 from retryfs.config import DEFAULT_SPOOL_MEMORY
 from retryfs.core.engine import Retrier, operation_end
-from retryfs.core.proof import UNKNOWN, WriteDigest, state_before
+from retryfs.core.proof import UNKNOWN, Verdict, WriteDigest, state_before
 from retryfs.core.timeouts import AttemptSignal, in_background, run_with_timeout, settle
 from retryfs.errors import CommitNotVisibleError, InnerFileClosedError
 
@@ -140,7 +140,7 @@ class ReplayableOutputStream(io.RawIOBase):
         reopen: Callable[[], _Writable],
         retrier: Retrier,
         *,
-        verify: Callable[..., bool] | None = None,
+        verify: Callable[..., Verdict] | None = None,
         on_commit: Callable[[str, BaseException | None], None] | None = None,
         spool_memory: int = DEFAULT_SPOOL_MEMORY,
         attempt_timeout: AttemptTimeout | None = None,
@@ -317,7 +317,7 @@ class ReplayableOutputStream(io.RawIOBase):
             self._unverified = exc
             return
         if not landed:
-            raise CommitNotVisibleError.written(self.path, self._size)
+            raise CommitNotVisibleError.written(self.path, self._size, landed)
 
     def _settle(self, started: float) -> None:
         """Before a close reports success: wait for the close attempts abandoned in the middle

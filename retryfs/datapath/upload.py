@@ -47,7 +47,7 @@ from pyarrow._fs import _copy_files as _arrow_copy_file  # the unguarded one, on
 
 from retryfs.core.engine import Retrier, holding, operation_end
 from retryfs.core.locations import subtree_base, temporary_beside
-from retryfs.core.proof import UNKNOWN, Proofs, WriteDigest, arrow_state, state_before
+from retryfs.core.proof import UNKNOWN, Proofs, Verdict, WriteDigest, arrow_state, state_before
 from retryfs.core.timeouts import (
     AttemptAbandoned,
     AttemptSignal,
@@ -757,7 +757,7 @@ def _remove_quietly(fs: pafs.FileSystem, path: str) -> None:
         pass
 
 
-def _verify(call: Callable[..., Any], landed: Callable[[str, int], bool], path: str, size: int,
+def _verify(call: Callable[..., Any], landed: Callable[[str, int], Verdict], path: str, size: int,
             unverified: list[Exception]) -> None:
     missing = proof(call, landed, path, size, unverified)
     if missing is not None:

@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 
 from retryfs.core.classify import Decision
 from retryfs.core.engine import Retrier
+from retryfs.core.proof import Verdict
 from retryfs.core.redact import redact
 from retryfs.errors import CommitNotVisibleError
 
@@ -60,7 +61,7 @@ def note_unproven(error: BaseException, base: str, paths: Iterable[str]) -> None
                        f"landed: {shown}")
 
 
-def proof(call: Callable[..., Any], landed: Callable[[str, int], bool], path: str, size: int,
+def proof(call: Callable[..., Any], landed: Callable[[str, int], Verdict], path: str, size: int,
           unverified: list[Exception]) -> CommitNotVisibleError | None:
     """The retried check (``call``, operation ``verify``) that ``path`` holds ``size`` bytes:
     the error that proves it does not, or ``None`` (when the check gave up, its error joins
@@ -70,4 +71,4 @@ def proof(call: Callable[..., Any], landed: Callable[[str, int], bool], path: st
     except Exception as exc:  # noqa: BLE001 - raised after the copy loop, never re-copied
         unverified.append(exc)
         return None
-    return None if ok else CommitNotVisibleError.copied(path, size)
+    return None if ok else CommitNotVisibleError.copied(path, size, ok)

@@ -15,6 +15,7 @@ from typing import Any, Protocol, cast
 from fsspec.spec import AbstractBufferedFile
 
 from retryfs.core.engine import Retrier
+from retryfs.core.proof import Verdict
 from retryfs.core.redact import redact
 from retryfs.core.timeouts import AttemptTimeoutError, wait_for_attempt
 from retryfs.datapath.streams import (
@@ -177,7 +178,7 @@ class RetryWriteFile(ReplayableOutputStream):
 
     def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile,
                  reopen: Callable[[], InnerFile], retrier: Retrier, *,
-                 verify: Callable[..., bool] | None, spool_memory: int,
+                 verify: Callable[..., Verdict] | None, spool_memory: int,
                  autocommit: bool, attempt_timeout: AttemptTimeout | None = None,
                  state_of: Callable[[str], Any] | None = None) -> None:
         super().__init__(path, inner, reopen, retrier, verify=verify, spool_memory=spool_memory,

@@ -68,6 +68,7 @@ from retryfs.core.engine import Retrier
 from retryfs.core.policy import ALL_OPERATION_GROUPS, FSSPEC_GROUPS, RetryPolicy
 from retryfs.core.proof import (
     UNKNOWN,
+    Verdict,
     WriteDigest,
     arrow_state,
     fsspec_state,
@@ -376,7 +377,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                 unverified.append(exc)
                 return result
             if not landed:
-                raise CommitNotVisibleError.written(path, size)
+                raise CommitNotVisibleError.written(path, size, landed)
             return result
 
         result = self.retrier.call(operation, label, proven)
@@ -491,7 +492,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
         return write_attempt_timeout(config.write_timeout, config.min_throughput, in_flight)
 
     def _landed(self, path: str, size: int, digest: WriteDigest | None = None,
-                before: Any = UNKNOWN) -> bool:
+                before: Any = UNKNOWN) -> Verdict:
         """Whether ``path`` now holds the ``size`` bytes written (the read-after-write check):
         the new object, not an older one of the same size (`retryfs.core.proof.is_new`: the store's
         ETag or MD5 against the bytes' MD5, or a change since ``before``)."""
@@ -746,7 +747,7 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):  # type: ignore[mi
                 unverified.append(exc)
                 return result
             if not landed:
-                raise CommitNotVisibleError.written(path, size)
+                raise CommitNotVisibleError.written(path, size, landed)
             return result
 
         result = await self.retrier.acall(operation, label, proven)
@@ -768,7 +769,8 @@ class AsyncRetryFileSystem(RetryFileSystem, AsyncFileSystem):  # type: ignore[mi
         except Exception:  # noqa: BLE001 - unknown: the size and the store prove it
             return UNKNOWN
 
-    async def _alanded(self, path: str, size: int, digest: WriteDigest, before: Any) -> bool:
+    async def _alanded(self, path: str, size: int, digest: WriteDigest, before: Any
+                       ) -> Verdict:
         """`RetryFileSystem._landed` on the event loop (one ``_info``, a read-back only where
         the store's ETag cannot be compared with the bytes' MD5)."""
         found = verdict(await self._astate(path), size, digest, before)

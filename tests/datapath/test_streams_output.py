@@ -537,6 +537,40 @@ def test_a_commit_that_landed_nothing_is_committed_again(store: Store) -> None:
     assert by_operation(stats, "write")["bytes_replayed"] == 3
 
 
+def test_an_unchanged_destination_is_committed_again_a_second_later(store: Store) -> None:
+    """The check finds the object just as it was before the write (`UNCHANGED`: its commit
+    lost, or the same bytes within the old object's second): the commit is made again after
+    one second, not on the backoff schedule, so that it lands in another second."""
+    from retryfs.core.proof import UNCHANGED
+
+    slept: list[float] = []
+    verdicts = [UNCHANGED, True]
+    retrier = Retrier(lambda _op: RetryPolicy(max_attempts=3, initial_delay=0.001,
+                                              max_delay=30, jitter=False),
+                      ErrorClassifier(), RetryStats(), sleep=slept.append)
+    stream = ReplayableOutputStream(PATH, store.open(), store.open, retrier,
+                                    verify=lambda *_: verdicts.pop(0))
+    stream.write(b"abc")
+    stream.close()
+    assert slept == [1.0] and verdicts == []
+    assert [u.state for u in store.uploads] == ["committed", "committed"]
+
+
+def test_the_retry_after_of_an_unchanged_destination_is_capped_by_max_delay(
+        store: Store) -> None:
+    from retryfs.core.proof import UNCHANGED
+
+    slept: list[float] = []
+    retrier = Retrier(lambda _op: POLICY, ErrorClassifier(), RetryStats(), sleep=slept.append)
+    stream = ReplayableOutputStream(PATH, store.open(), store.open, retrier,
+                                    verify=lambda *_: UNCHANGED)
+    stream.write(b"abc")
+    with pytest.raises(CommitNotVisibleError) as caught:
+        stream.close()
+    assert caught.value.retry_after == 1.0
+    assert slept == [POLICY.max_delay] * 2  # the policy's own bound still holds
+
+
 def test_a_commit_that_never_lands_raises_commit_not_visible(store: Store) -> None:
     commits: list[tuple[str, BaseException | None]] = []
     store.lose = 99
