@@ -266,6 +266,15 @@ class ReplayableOutputStream(io.RawIOBase):
             self._spool.close()
             super().close()
 
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        """A ``with`` block that raises commits nothing (`abort`), where ``io.IOBase`` closes:
+        an fsspec file (this stream is the fsspec face's) or a pyarrow stream would store
+        what was written so far as the whole object."""
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
     # -- internals -----------------------------------------------------------------------------
     def _committed(self, error: BaseException | None) -> None:
         if self._on_commit is not None:

@@ -207,14 +207,6 @@ class RetryWriteFile(ReplayableOutputStream):
             if hasattr(inner.file, "discard"):
                 inner.file.discard()
 
-    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
-        """A ``with`` block that raises commits nothing (`abort`): fsspec's own files close
-        there, and s3fs then stores what was written so far as the whole object."""
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
     def __reduce__(self) -> tuple[Any, ...]:
         raise RuntimeError("Pickling a writeable file is not supported")
 

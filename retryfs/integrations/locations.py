@@ -25,8 +25,7 @@ __all__ = ["Locations", "on_local_disk", "split_location"]
 def on_local_disk(fs: RetryingFileSystem) -> bool:
     """Whether ``fs`` writes to this machine's disk (in a subtree too): there a checkpoint's
     directories are made and a rename is atomic; an object store has neither."""
-    inner = fs.unwrap()
-    return is_local(subtree_base(inner) if isinstance(inner, pafs.FileSystem) else inner)
+    return is_local(subtree_base(fs.unwrap()))
 
 
 def split_location(path: Any) -> tuple[str, str, str]:
