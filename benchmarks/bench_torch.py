@@ -6,6 +6,8 @@ Contenders, each with its own retries as shipped:
 - ``s3torchconnector``: AWS's CRT-based connector, ``S3Checkpoint`` writer and reader (the peer);
 - ``retryfs stream``: `retryfs.from_uri`, ``torch.save`` into ``open_output_stream``, the load
   one ``open_input_file`` read;
+- ``retryfs write_with``: the same save through ``fs.write_with(path, lambda f: torch.save(...))``
+  (no replay spool: a failed upload runs ``torch.save`` again), the same load;
 - ``retryfs DCP``: ``torch.distributed.checkpoint`` with retryfs's own ``RetryingStorageWriter``/
   ``RetryingStorageReader`` (`retryfs.integrations.dcp`, pyarrow's native client) on a
   ``from_uri`` location (one process);
@@ -144,6 +146,11 @@ def contenders(store: Store) -> list[Contender]:
             return _read_all_then_load(stream)
 
     found.append(Contender("retryfs stream", stream_save, stream_load))
+
+    def write_with_save(state: dict[str, Any], path: str) -> None:
+        retryfs_fs(path.split("/", 1)[0]).write_with(path, lambda f: torch.save(state, f))
+
+    found.append(Contender("retryfs write_with", write_with_save, stream_load))
 
     def native_dcp_save(state: dict[str, Any], path: str) -> None:
         dcp.save(state, storage_writer=RetryingStorageWriter(

@@ -68,6 +68,7 @@ from retryfs.datapath.iopool import (
     writes_in_background,
 )
 from retryfs.datapath.placeholders import EmptyAtOpen, creates_empty_at_open
+from retryfs.datapath.regenerate import write_regenerated
 from retryfs.datapath.streams import SUB_READ, ReplayableOutputStream, ResumableInputFile
 from retryfs.datapath.upload import copy_file_tree, copy_single_file, writes_through
 from retryfs.errors import UnfinishedDeleteError
@@ -482,6 +483,23 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
                         spool_memory: int | None = None) -> OutputFile:
         """`open_output_stream`, keeping up to ``spool_memory`` bytes of its replay spool in
         memory (``None``: the wrapper's ``spool_memory``)."""
+        return self._open_writer(path, metadata, self.spool_memory if spool_memory is None
+                                 else spool_memory)
+
+    def write_regenerated(self, path: str, write: Callable[[Any], object],
+                          metadata: Any = None) -> None:
+        """``write(file)`` into a stream without a spool at ``path``, and all over again into a
+        fresh one when that fails (`retryfs.datapath.regenerate`)."""
+        def open_stream(in_flight: list[Any]) -> tuple[OutputFile, ReplayableOutputStream]:
+            file = self._open_writer(path, metadata, None, in_flight)
+            return file, file.source
+
+        write_regenerated(self.retrier, path, open_stream, write)
+
+    def _open_writer(self, path: str, metadata: Any, spool_memory: int | None,
+                     in_flight: list[Any] | None = None) -> OutputFile:
+        """A `ReplayableOutputStream` at ``path`` (``spool_memory=None``: one attempt of each
+        call, no spool; see its ``in_flight``)."""
         empty = self.empty_at_open(path)
         open_output = self._open_output if empty is None else empty.attempts(self._open_output)
 
@@ -497,9 +515,10 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             verify=self._landed if self.verify_writes else None,
             state_of=self._state_before,
             on_commit=self.failed_commits.record,
-            spool_memory=self.spool_memory if spool_memory is None else spool_memory,
+            spool_memory=spool_memory,
             attempt_timeout=with_parts_in_flight(self._per_attempt, first),
             on_give_up=None if empty is None else empty.remove,
+            in_flight=in_flight,
         )
         return OutputFile(stream, mode="w")
 
@@ -814,6 +833,26 @@ class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped li
         stream = self.retry_handler.open_replayable(path, metadata, spool)
         return self._wrap_output_stream(stream, path=path, compression=compression,
                                         buffer_size=buffer_size)
+
+    def write_with(self, path: str | os.PathLike[str], write: Callable[[Any], object], *,
+                   metadata: dict[str, str] | None = None) -> None:
+        """Write the object at ``path`` by calling ``write(file)`` with a fresh output stream,
+        and commit it when ``write`` returns; when the upload fails in a way the client's own
+        retries did not absorb, call ``write`` again with another fresh stream (retried as the
+        operation ``write``). For a caller that can produce its bytes again, such as
+        ``torch.save`` of a state_dict it still holds::
+
+            fs.write_with("bucket/model.pt", lambda f: torch.save(state, f))
+
+        Unlike `open_output_stream`, no replay spool is kept (nothing goes to a temporary file,
+        whatever the size), and the bytes are stored as ``write`` writes them (no compression
+        by the name's suffix). The commit is checked as any stream's is. An error ``write``
+        raises itself is not retried: nothing is committed, and it is raised as it is."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path: a str or os.PathLike, got {type(path).__name__}")
+        if not callable(write):
+            raise TypeError(f"write: a callable taking the file, got {type(write).__name__}")
+        self.retry_handler.write_regenerated(os.fspath(path), write, metadata)
 
     def failed_commits(self) -> dict[str, BaseException]:
         """``{path: exception}``: objects whose commit finally failed in this process and were

@@ -131,6 +131,13 @@ class ReplayableOutputStream(io.RawIOBase):
     With ``attempt_timeout``, each attempt (reopen and replay included) runs on a worker
     thread and is abandoned when it takes longer: a stalled upload becomes a retry into a
     fresh stream, and the stalled one is dropped without a commit (:func:`abandon_stream`).
+
+    With ``spool_memory=None`` the stream keeps no spool and makes one attempt of each write,
+    flush and close: the first failure drops the inner stream unclosed (nothing is committed)
+    and is kept as `failure`, for a caller that can write the whole object again from its
+    source (`retryfs.datapath.regenerate`). ``in_flight`` is then that caller's list of close
+    attempts abandoned mid-commit, shared by its streams, so that the last one's close waits
+    for the earlier ones' before it reports success.
     """
 
     def __init__(
@@ -142,10 +149,11 @@ class ReplayableOutputStream(io.RawIOBase):
         *,
         verify: Callable[..., Verdict] | None = None,
         on_commit: Callable[[str, BaseException | None], None] | None = None,
-        spool_memory: int = DEFAULT_SPOOL_MEMORY,
+        spool_memory: int | None = DEFAULT_SPOOL_MEMORY,
         attempt_timeout: AttemptTimeout | None = None,
         on_give_up: Callable[[], Any] | None = None,
         state_of: Callable[[str], Any] | None = None,
+        in_flight: list[AttemptSignal] | None = None,
     ) -> None:
         super().__init__()
         self.path = path
@@ -156,7 +164,9 @@ class ReplayableOutputStream(io.RawIOBase):
         self._verify = verify
         self._on_commit = on_commit
         self._attempt_timeout = attempt_timeout
-        self._spool = replay_spool(spool_memory)
+        self._spool = None if spool_memory is None else replay_spool(spool_memory)
+        #: the error of the one attempt that failed, without a spool (``spool_memory=None``)
+        self.failure: BaseException | None = None
         self._spool_lock = threading.Lock()  # an abandoned replay may still be reading it
         self._size = 0  # bytes the caller wrote
         # the last of them, not yet handed to the inner stream: timed small writes are
@@ -166,7 +176,8 @@ class ReplayableOutputStream(io.RawIOBase):
         self._unverified: Exception | None = None  # the error of a verification that gave up
         self._lock = threading.Lock()
         self._watchers = watching()  # the copy_files calls running now hear of its commit
-        self._in_flight: list[AttemptSignal] = []  # abandoned close attempts mid-commit
+        # abandoned close attempts mid-commit
+        self._in_flight: list[AttemptSignal] = [] if in_flight is None else in_flight
         # what proves the commit (`retryfs.core.proof`): the bytes' MD5 while they are few, else
         # the destination's state before the commit (``state_of``, taken once, when it grows
         # past `retryfs.core.proof.HASHED`)
@@ -189,9 +200,8 @@ class ReplayableOutputStream(io.RawIOBase):
         self._check_usable()
         view = memoryview(data).cast("B")
         with self._lock:
-            with self._spool_lock:
-                self._spool.seek(0, io.SEEK_END)
-                self._spool.write(view)
+            if self._spool is not None:
+                self._keep(view)
             self._size += len(view)
             self._note(view)
             if self._attempt_timeout is not None and len(self._pending) + len(view) < GATHERED:
@@ -243,7 +253,7 @@ class ReplayableOutputStream(io.RawIOBase):
                 self._committed(None)
         finally:
             self._sink = None  # so that RawIOBase.close() does not flush again
-            self._spool.close()
+            self._close_spool()
             super().close()
 
     def abort(self) -> None:
@@ -263,7 +273,7 @@ class ReplayableOutputStream(io.RawIOBase):
                 if self._on_give_up is not None:
                     self._on_give_up()
         finally:
-            self._spool.close()
+            self._close_spool()
             super().close()
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
@@ -276,6 +286,22 @@ class ReplayableOutputStream(io.RawIOBase):
             self.abort()
 
     # -- internals -----------------------------------------------------------------------------
+    def _keep(self, view: memoryview) -> None:
+        """``view`` into the replay spool. A spool that cannot keep it (a full disk) fails the
+        stream: a replay would send an object with a hole, so nothing is ever committed."""
+        assert self._spool is not None
+        try:
+            with self._spool_lock:
+                self._spool.seek(0, io.SEEK_END)
+                self._spool.write(view)
+        except BaseException:
+            self._failed = True
+            raise
+
+    def _close_spool(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+
     def _committed(self, error: BaseException | None) -> None:
         if self._on_commit is not None:
             self._on_commit(self.path, error)
@@ -391,8 +417,13 @@ class ReplayableOutputStream(io.RawIOBase):
             self._sink = box[0]  # the stream that worked (after a commit, close() drops it)
 
         try:
-            self._retrier.call(operation, self.path, attempt)
-        except BaseException:
+            if self._spool is None:  # one attempt: the caller writes it all again
+                attempt()
+            else:
+                self._retrier.call(operation, self.path, attempt)
+        except BaseException as exc:
+            if self._spool is None:
+                self.failure = exc
             self._failed = True
             if self._on_give_up is not None:
                 self._on_give_up()
@@ -407,6 +438,7 @@ class ReplayableOutputStream(io.RawIOBase):
         return sink
 
     def _read_spool(self, offset: int) -> bytes:
+        assert self._spool is not None  # a stream without one makes one attempt: no replay
         with self._spool_lock:
             self._spool.seek(offset)
             return self._spool.read(REPLAY_CHUNK)

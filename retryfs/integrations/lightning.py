@@ -14,9 +14,11 @@ through fsspec's ``fs.open("wb")`` inside ``fs.transaction`` unless it recognise
 filesystem as s3fs, gcsfs or adlfs: on a ``retry::`` URL a checkpoint is then one part of its
 whole size, and the check after the commit is off inside the transaction. The plugin saves
 through retryfs's pyarrow face instead. On an object store ``torch.save`` streams into the
-upload: parts go out in parallel while it serialises, a failed part is re-sent alone, an
-upload that fails is replayed from the spool (in memory up to ``spool_memory``), the commit is
-retried and proven new, and an error in ``torch.save`` commits nothing. On a local disk the
+upload (`RetryingFileSystem.write_with`): parts go out in parallel while it serialises, a failed
+part is re-sent alone by the client, an upload that fails anyway is made again by calling
+``torch.save`` again into a fresh one (no replay spool: nothing in a temporary file, nothing
+held beyond the parts in flight), the commit is proven new, and an error in ``torch.save``
+commits nothing. On a local disk the
 checkpoint is serialised first, then written beside its name and renamed. A load reads the
 object with ranged, resumable reads. Paths may be ``retry::s3://b/k``, ``s3://b/k`` or local.
 """
@@ -31,7 +33,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from retryfs.arrow.filesystem import RetryingFileSystem
-from retryfs.config import checked_size
 from retryfs.integrations.locations import Locations, on_local_disk, split_location
 
 try:  # Lightning 2.x ships as ``lightning`` and as ``pytorch_lightning``
@@ -39,13 +40,10 @@ try:  # Lightning 2.x ships as ``lightning`` and as ``pytorch_lightning``
 except ImportError:  # pragma: no cover - only without the ``lightning`` package
     from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 
-__all__ = ["SPOOL_MEMORY", "RetryingCheckpointIO", "split_location"]
+__all__ = ["RetryingCheckpointIO", "split_location"]
 
 #: The read size of a copy from memory onto a local disk (Ray Train copies with 64 MiB chunks).
 _CHUNK = 64 * 1024 * 1024
-#: How much of a checkpoint an upload keeps in memory to replay a failed upload whole (beyond
-#: it, a temporary file): the whole of most checkpoints, and a bound at any size.
-SPOOL_MEMORY = 1 << 30
 
 
 class _OneBuffer(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped library
@@ -123,17 +121,12 @@ class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped libra
             by `retryfs.from_uri` from its scheme, bucket and ``retry_*`` query (credentials,
             region and the ``RETRYFS_*`` policy from the environment), once per store and
             process.
-        spool_memory: how much of a checkpoint an upload keeps in memory to replay a failed
-            upload whole (bytes, or a string such as ``"512MiB"``); beyond it, a temporary
-            file. 1 GiB by default, in place of the filesystem's own ``spool_memory``.
         **options: options of `RetryingFileSystem` (``policy=``, ``deadline``...) for the
             filesystems this plugin wraps or makes.
     """
 
-    def __init__(self, filesystem: Any = None, *, spool_memory: int | str = SPOOL_MEMORY,
-                 **options: Any) -> None:
+    def __init__(self, filesystem: Any = None, **options: Any) -> None:
         self._locations = Locations(filesystem, options)
-        self._spool_memory = checked_size("spool_memory", spool_memory)
 
     def resolve(self, path: Any) -> tuple[RetryingFileSystem, str]:
         """The filesystem a checkpoint location goes to, and the path on it."""
@@ -152,12 +145,10 @@ class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped libra
         if on_local_disk(fs):
             _save_locally(fs, target, checkpoint)
             return
-        # an object store: torch.save streams into the upload (parts sent while it serialises,
-        # the replay spool in memory up to spool_memory); an error in torch.save commits
-        # nothing (the stream is given up on the way out of the block)
-        with fs.open_output_stream(target, compression=None,  # (not by the name's suffix)
-                                   spool_memory=self._spool_memory) as stream:
-            torch.save(checkpoint, stream)
+        # an object store: torch.save streams into the upload (parts sent while it serialises),
+        # and runs again into a fresh upload if that one fails; an error in torch.save commits
+        # nothing
+        fs.write_with(target, lambda stream: torch.save(checkpoint, stream))
 
     def load_checkpoint(self, path: Any, map_location: Callable[..., Any] | Any = None,
                         weights_only: bool | None = None) -> dict[str, Any]:

@@ -170,22 +170,28 @@ def test_a_save_that_fails_in_the_middle_commits_nothing(s3_fault_endpoint, s3_f
     assert "half.ckpt" not in s3_fault_endpoint.keys(s3_fault_bucket)
 
 
-def test_the_upload_keeps_its_replay_spool_in_memory_up_to_spool_memory(s3_fault_endpoint,
-                                                                        s3_fault_bucket,
-                                                                        monkeypatch):
+def test_an_upload_that_fails_is_made_again_by_torch_save_and_no_spool_is_kept(
+        s3_fault_endpoint, s3_fault_bucket, monkeypatch):
+    """A part that fails all of the write client's 3 attempts breaks the upload: the plugin
+    runs ``torch.save`` again into a fresh one, with no replay spool (nothing in a temporary
+    file, nothing held beyond the parts in flight)."""
     from retryfs.datapath import streams
 
-    spools = []
-    original = streams.replay_spool
+    spools, saves = [], []
+    original_spool, original_save = streams.replay_spool, torch.save
     monkeypatch.setattr(streams, "replay_spool",
-                        lambda memory: spools.append(memory) or original(memory))
-    fs, _ = retryfs.from_uri(s3_fault_endpoint.uri(s3_fault_bucket))
-    RetryingCheckpointIO(fs).save_checkpoint({"a": 1}, f"s3://{s3_fault_bucket}/a.ckpt")
-    RetryingCheckpointIO(fs, spool_memory="8MiB").save_checkpoint(
-        {"a": 1}, f"s3://{s3_fault_bucket}/b.ckpt")
-    assert spools == [2**30, 8 * 2**20]  # (the filesystem's own: 32 MiB)
-    with pytest.raises(ValueError, match="spool_memory"):
-        RetryingCheckpointIO(fs, spool_memory=-1)
+                        lambda memory: spools.append(memory) or original_spool(memory))
+    monkeypatch.setattr(torch, "save", lambda *a, **k: saves.append(1) or original_save(*a, **k))
+    plugin = _plugin(s3_fault_endpoint, s3_fault_bucket)
+    state = {"w": torch.randn(12 * 2**20 // 4, generator=torch.Generator().manual_seed(2))}
+    fault = s3_fault_endpoint.add_fault(S3Fault.slow_down(op="UploadPart", times=3,
+                                                          query={"partNumber": "1"}))
+    plugin.save_checkpoint(state, f"s3://{s3_fault_bucket}/again.ckpt")
+    assert s3_fault_endpoint.fired(fault) == 3 and len(saves) == 2 and spools == []
+    completes = s3_fault_endpoint.requests("CompleteMultipartUpload")
+    assert [r.status for r in completes] == [200]  # the broken upload never completed
+    loaded = plugin.load_checkpoint(f"s3://{s3_fault_bucket}/again.ckpt")
+    assert torch.equal(loaded["w"], state["w"])
 
 
 def test_remove_and_missing_checkpoints(s3_fault_endpoint, s3_fault_bucket):

@@ -362,6 +362,9 @@ def _write_through(how, fs, tmp_path, bucket):
         with fs.open_output_stream(f"{bucket}/k") as f:
             f.write(b"v1" * 100)
         return
+    if how == "write_with":
+        fs.write_with(f"{bucket}/k", lambda f: f.write(b"v1" * 100))
+        return
     src = tmp_path / "src"
     src.mkdir()
     (src / "k").write_bytes(b"v1" * 100)
@@ -371,7 +374,7 @@ def _write_through(how, fs, tmp_path, bucket):
                     use_threads=how == "copy_files_threaded")
 
 
-@pytest.mark.parametrize("how", ["stream", "copy_files", "copy_files_threaded"])
+@pytest.mark.parametrize("how", ["stream", "write_with", "copy_files", "copy_files_threaded"])
 def test_a_call_returns_only_once_its_abandoned_commit_has_landed(how, tmp_path,
                                                                   s3_fault_endpoint,
                                                                   s3_fault_bucket):
@@ -391,7 +394,7 @@ def test_a_call_returns_only_once_its_abandoned_commit_has_landed(how, tmp_path,
     assert ep.get_object(bucket, "k") == b"v2" * 100
 
 
-@pytest.mark.parametrize("how", ["stream", "copy_files", "copy_files_threaded"])
+@pytest.mark.parametrize("how", ["stream", "write_with", "copy_files", "copy_files_threaded"])
 @pytest.mark.parametrize("deadline", [None, 1.0], ids=["no_deadline", "deadline"])
 def test_a_commit_still_under_way_later_is_an_error_not_a_success(
         how, deadline, tmp_path, s3_fault_endpoint, s3_fault_bucket):
@@ -429,6 +432,8 @@ def _write_new(how, ep, bucket, tmp_path, new):
     if how == "stream":
         with fs.open_output_stream(f"{bucket}/ckpt/k") as f:
             f.write(new)
+    elif how == "write_with":
+        fs.write_with(f"{bucket}/ckpt/k", lambda f: f.write(new))
     elif how == "copy_files_one":
         pafs.copy_files(str(src / "k"), f"{bucket}/ckpt/k", destination_filesystem=fs)
     elif how in ("copy_files_tree", "copy_files_tree_threaded"):
@@ -448,7 +453,7 @@ def _write_new(how, ep, bucket, tmp_path, new):
     return fs
 
 
-HOWS = ["stream", "copy_files_one", "copy_files_tree", "copy_files_tree_threaded", "fsspec",
+HOWS = ["stream", "write_with", "copy_files_one", "copy_files_tree", "copy_files_tree_threaded", "fsspec",
         "retryfs_copy"]
 
 
