@@ -39,7 +39,7 @@ from retryfs.core.stats import RetryEvent, RetryStats
 from retryfs.core.timeouts import AttemptTimeoutError
 from retryfs.datapath import streams as streams_module
 from retryfs.datapath.commits import copy_session
-from retryfs.datapath.spool import replay_spool
+from retryfs.datapath.spool import STAGE, ReplaySpool, replay_spool
 from retryfs.datapath.streams import (
     ReplayableOutputStream,
     _drop_abandoned,
@@ -924,8 +924,9 @@ def _file_bytes_under(directory: Any) -> int:
 def test_the_spool_keeps_its_memory_part_when_it_spills_and_reads_back_every_byte(
         memory: int, writes: list[bytes], reads: list[tuple[int, int]]) -> None:
     """Only the bytes past ``memory`` go to the file (``SpooledTemporaryFile`` would move
-    all it held there), and a read from any offset gives the bytes written there."""
-    with tempfile.TemporaryDirectory() as directory, replay_spool(memory) as spool:
+    all it held there), in whole stages (16 bytes here), and a read from any offset gives the
+    bytes written there: from memory, the file or the stage being filled."""
+    with tempfile.TemporaryDirectory() as directory, ReplaySpool(memory, stage=16) as spool:
         original = tempfile.tempdir
         tempfile.tempdir = directory
         try:
@@ -942,8 +943,57 @@ def test_the_spool_keeps_its_memory_part_when_it_spills_and_reads_back_every_byt
             assert got == written[offset:offset + size]
         spool.seek(0)
         assert spool.read() == written
-        # (after the reads: the file's buffered writes have reached it)
-        assert _file_bytes_under(directory) == max(0, len(written) - memory)
+        assert _file_bytes_under(directory) == max(0, len(written) - memory) // 16 * 16
+
+
+def _direct_io(fd: int) -> bool:
+    flags = next(line for line in open(f"/proc/self/fdinfo/{fd}") if line.startswith("flags"))
+    return bool(int(flags.split()[1], 8) & getattr(os, "O_DIRECT", 0))
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="direct I/O is Linux's")
+def test_the_spill_file_is_written_with_direct_io_and_read_back_through_the_page_cache(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spool is written once and read only for a replay: its file bypasses the page cache
+    (whole, aligned stages), and a replay's reads of any offset and size turn that off."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    data = os.urandom(2 * STAGE + 12345)
+    with replay_spool(1000) as spool:
+        for start in range(0, len(data), 777_777):
+            spool.write(data[start:start + 777_777])
+        [name] = open_files_under(tmp_path)
+        fd = next(int(fd) for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")
+                  and os.readlink(f"/proc/self/fd/{fd}") == name)
+        assert _direct_io(fd)
+        spool.seek(999)  # straddles memory, file, and the stage being filled
+        assert spool.read() == data[999:]
+        assert not _direct_io(fd) and os.fstat(fd).st_size == 2 * STAGE  # whole stages only
+        spool.write(b"more")  # after a replay's reads: the next stage through the page cache
+        spool.seek(len(data) - 3)
+        assert spool.read() == data[-3:] + b"more"
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="direct I/O is Linux's")
+def test_a_spill_file_where_direct_io_is_refused_goes_through_the_page_cache(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import fcntl
+
+    def refusing(fd: int, command: int, arg: int = 0) -> int:  # as some filesystems do
+        if command == fcntl.F_SETFL and arg & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, command, arg)
+
+    real = fcntl.fcntl
+    monkeypatch.setattr(fcntl, "fcntl", refusing)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    data = os.urandom(STAGE + 5)
+    with replay_spool(0) as spool:
+        spool.write(data)
+        assert spool._tail is not None and spool._tail.direct is False
+        spool.seek(0)
+        assert spool.read() == data
 
 
 @pytest.mark.parametrize("memory", [0, 10])
@@ -969,6 +1019,29 @@ def test_the_stream_spills_past_spool_memory_and_drops_the_spill_at_close(
     assert len(open_files_under(tmp_path)) == 1
     stream.close()
     assert open_files_under(tmp_path) == [] and store.objects[PATH] == b"abcde"
+
+
+def test_a_spool_that_cannot_keep_a_write_fails_the_stream_and_commits_nothing(
+        store: Store, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk under the spill file: a stage's write fails on its worker thread, the next
+    write raises it, and the stream never commits (a replay would have a hole)."""
+    import errno
+
+    from retryfs.datapath import spool as spool_module
+
+    def full(file: Any, data: Any, offset: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(spool_module, "_write_all", full)
+    stream = stream_over(store, spool_memory=0)
+    stream.write(b"a" * STAGE)  # the first stage, on its way
+    with pytest.raises(OSError, match="No space left"):
+        stream.write(b"b" * STAGE)  # the second stage waits for the first: its error
+    with pytest.raises(OSError, match="failed earlier"):
+        stream.write(b"c")
+    stream.close()
+    assert store.objects == {} and open_files_under(tmp_path) == []
 
 
 def test_the_spool_seeks_from_its_start_or_its_end_only() -> None:
