@@ -840,9 +840,8 @@ class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped li
         and commit it when ``write`` returns; when the upload fails in a way the client's own
         retries did not absorb, call ``write`` again with another fresh stream (retried as the
         operation ``write``). For a caller that can produce its bytes again, such as
-        ``torch.save`` of a state_dict it still holds::
-
-            fs.write_with("bucket/model.pt", lambda f: torch.save(state, f))
+        ``torch.save`` of a state_dict it still holds:
+        ``fs.write_with("bucket/model.pt", lambda f: torch.save(state, f))``.
 
         Unlike `open_output_stream`, no replay spool is kept (nothing goes to a temporary file,
         whatever the size), and the bytes are stored as ``write`` writes them (no compression
