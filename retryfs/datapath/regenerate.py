@@ -11,7 +11,8 @@ holds for its parts: a 1 GiB spool file cost 0.2-2 s of system time per save on 
 benchmark machine.
 
 An error that ``write`` raises itself (not the stream's) is never retried: the stream is dropped
-uncommitted, and the error raised as it is.
+uncommitted, and the error raised as it is; nor is an interrupt (``KeyboardInterrupt``,
+``SystemExit``), even one raised after the stream had failed.
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ def write_regenerated(retrier: Retrier, path: str, open_stream: OpenStream,
         except BaseException as exc:  # noqa: BLE001 - sorted below
             file.abort()  # commits nothing (a no-op once closed)
             failure = stream.failure
-            if failure is None:
-                return exc  # write's own error, or a close that committed: not retried
+            if failure is None or not isinstance(exc, Exception):
+                # write's own error, a close that committed, or an interrupt (Ctrl-C, exit)
+                # however the stream had fared: not retried
+                return exc
             # what the stream met (``exc`` may wrap it), classified and retried; its context is
             # ``exc``, set by Python, which breaks the cycle when ``exc`` came from it
             raise failure  # noqa: B904

@@ -7,12 +7,13 @@ write client (3 SDK attempts) a single failed part is re-sent alone and ``write`
 
 import hashlib
 
+import pyarrow.fs as pafs
 import pytest
 from _helpers import FAST
 
 import retryfs
 from retryfs.datapath import streams
-from retryfs.testing import S3Fault
+from retryfs.testing import FaultyFileSystem, S3Fault, errors
 
 MiB = 1 << 20
 BIG = bytes(range(256)) * (12 * MiB // 256)  # 3 parts of pyarrow's 5 MiB (the last shorter)
@@ -110,21 +111,49 @@ def test_an_error_of_write_itself_is_raised_at_once_and_commits_nothing(
     assert not ep.requests(("PutObject", "CompleteMultipartUpload"))
 
 
-def test_a_stream_failure_that_write_wraps_is_still_retried(s3_fault_endpoint, s3_fault_bucket):
-    ep, bucket = s3_fault_endpoint, s3_fault_bucket
-    ep.add_fault(S3Fault.slow_down(op="UploadPart", times=1))
+def _faulty_write(tmp_path):
+    """A retrying local filesystem whose second write of a stream fails once (a write that
+    fails inside ``write``: on S3 a part's failure shows at the next flush or the close)."""
+    faulty = FaultyFileSystem(pafs.LocalFileSystem())
+    faulty.inject("write", errors.network(), skip=1, times=1)
+    return retryfs.RetryingFileSystem(faulty, FAST, budget=False), str(tmp_path / "m.bin")
+
+
+def test_a_stream_failure_that_write_wraps_is_still_retried(tmp_path):
+    fs, path = _faulty_write(tmp_path)
     calls = []
 
     def wrapping(file):
-        calls.append(1)
+        calls.append("called")
         try:
-            file.write(BIG)
-            file.flush()
+            Writer(BIG)(file)
         except OSError as exc:  # as torch.save's zip writer may
+            calls.append("wrapped")
             raise RuntimeError("serialisation failed") from exc
 
-    _fs(ep).write_with(f"{bucket}/m.bin", wrapping)
-    assert len(calls) == 2 and ep.get_object(bucket, "m.bin") == BIG
+    fs.write_with(path, wrapping)
+    assert calls == ["called", "wrapped", "called"]
+    with open(path, "rb") as f:
+        assert f.read() == BIG
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_after_the_stream_failed_is_not_a_retry(interrupt, tmp_path):
+    fs, path = _faulty_write(tmp_path)
+    calls = []
+
+    def interrupted(file):
+        calls.append("called")
+        try:
+            Writer(BIG)(file)
+        except OSError:
+            calls.append("interrupted")
+            raise interrupt() from None
+
+    with pytest.raises(interrupt):
+        fs.write_with(path, interrupted)
+    assert calls == ["called", "interrupted"]
+    assert fs.stats.snapshot()["by_operation"].get("write", {}).get("retries", 0) == 0
 
 
 def test_a_write_that_keeps_failing_raises_the_storage_error_and_commits_nothing(
