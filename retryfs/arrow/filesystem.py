@@ -9,6 +9,7 @@ process: pickling carries the configuration and the inner filesystem only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from retryfs.config import (
 from retryfs.core.budget import RetryBudget, TokenBucket, bucket_for
 from retryfs.core.classify import ErrorClassifier
 from retryfs.core.engine import Retrier
+from retryfs.core.locations import is_local, subtree_base, temporary_beside
 from retryfs.core.policy import OPERATION_GROUPS, RetryPolicy
 from retryfs.core.proof import (
     UNKNOWN,
@@ -489,12 +491,26 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
     def write_regenerated(self, path: str, write: Callable[[Any], object],
                           metadata: Any = None) -> None:
         """``write(file)`` into a stream without a spool at ``path``, and all over again into a
-        fresh one when that fails (`retryfs.datapath.regenerate`)."""
+        fresh one when that fails (`retryfs.datapath.regenerate`); on a local disk into a
+        temporary file beside ``path``, renamed to it once committed."""
+        local = is_local(subtree_base(self.original))
+        # on a local disk: written beside and renamed, never a partial file under its name
+        target = temporary_beside(path, "write") if local else path
+
         def open_stream(in_flight: list[Any]) -> tuple[OutputFile, ReplayableOutputStream]:
-            file = self._open_writer(path, metadata, None, in_flight)
+            file = self._open_writer(target, metadata, None, in_flight)
             return file, file.source
 
-        write_regenerated(self.retrier, path, open_stream, write)
+        if not local:
+            write_regenerated(self.retrier, path, open_stream, write)
+            return
+        try:
+            write_regenerated(self.retrier, target, open_stream, write)
+            self.move(target, path)
+        except BaseException:
+            with contextlib.suppress(Exception):  # nothing, or what a failed attempt left
+                self.inner.delete_file(target)
+            raise
 
     def _open_writer(self, path: str, metadata: Any, spool_memory: int | None,
                      in_flight: list[Any] | None = None) -> OutputFile:
@@ -845,8 +861,10 @@ class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped li
 
         Unlike `open_output_stream`, no replay spool is kept (nothing goes to a temporary file,
         whatever the size), and the bytes are stored as ``write`` writes them (no compression
-        by the name's suffix). The commit is checked as any stream's is. An error ``write``
-        raises itself is not retried: nothing is committed, and it is raised as it is."""
+        by the name's suffix). The commit is checked as any stream's is. On a local disk the
+        file is written beside ``path`` and renamed to it once complete: ``path`` shows the last
+        good file until then. An error ``write`` raises itself is not retried: nothing is
+        committed, and it is raised as it is."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path: a str or os.PathLike, got {type(path).__name__}")
         if not callable(write):

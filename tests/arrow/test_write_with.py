@@ -176,3 +176,67 @@ def test_write_with_names_its_wrong_arguments(s3_fault_endpoint, s3_fault_bucket
         fs.write_with(f"{s3_fault_bucket}/m.bin", b"bytes")
     with pytest.raises(TypeError, match="path: a str"):
         fs.write_with(7, lambda f: None)
+
+
+# -- on a local disk: written beside, renamed into place -----------------------------------------
+
+def test_a_local_write_with_goes_beside_and_never_shows_a_partial_file(tmp_path):
+    fs = retryfs.RetryingFileSystem(pafs.LocalFileSystem(), FAST)
+    path = str(tmp_path / "m.bin")
+    with open(path, "wb") as f:
+        f.write(b"the last good one")
+    seen = []
+
+    def write(file):
+        Writer(BIG)(file)
+        with open(path, "rb") as f:
+            seen.append(f.read())  # under its name, meanwhile: the last good one
+        names = sorted(p.name for p in tmp_path.iterdir())
+        assert len(names) == 2 and names[0].startswith(".m.bin.retryfs-")
+
+    fs.write_with(path, write)
+    assert seen == [b"the last good one"]
+    with open(path, "rb") as f:
+        assert f.read() == BIG
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin"]  # no temporary left
+
+
+def test_a_local_write_with_whose_write_raises_leaves_the_last_good_file(tmp_path):
+    fs = retryfs.RetryingFileSystem(pafs.LocalFileSystem(), FAST)
+    path = str(tmp_path / "m.bin")
+    with open(path, "wb") as f:
+        f.write(b"the last good one")
+    writer = Writer(BIG, fail=RuntimeError("own"))
+    with pytest.raises(RuntimeError, match="own"):
+        fs.write_with(path, writer)
+    assert writer.calls == 1
+    with open(path, "rb") as f:
+        assert f.read() == b"the last good one"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin"]
+
+
+def test_a_local_write_with_made_again_after_a_stream_failure(tmp_path):
+    fs, path = _faulty_write(tmp_path)  # (not seen as local: written in place)
+    writer = Writer(BIG)
+    fs.write_with(path, writer)
+    assert writer.calls == 2
+    with open(path, "rb") as f:
+        assert f.read() == BIG
+
+
+def test_write_with_in_a_local_subtree(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "m.bin").write_bytes(b"the last good one")
+    subtree = pafs.SubTreeFileSystem(str(base), pafs.LocalFileSystem())
+    fs = retryfs.RetryingFileSystem(subtree, FAST)
+    seen = []
+
+    def write(file):
+        file.write(b"in the subtree")
+        seen.append((base / "m.bin").read_bytes())
+
+    fs.write_with("m.bin", write)
+    assert seen == [b"the last good one"]
+    assert (base / "m.bin").read_bytes() == b"in the subtree"
+    assert sorted(p.name for p in base.iterdir()) == ["m.bin"]
