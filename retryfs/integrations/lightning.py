@@ -13,14 +13,13 @@ s3torchconnector ships ``S3LightningCheckpoint`` the same way). Without one, Lig
 through fsspec's ``fs.open("wb")`` inside ``fs.transaction`` unless it recognises the
 filesystem as s3fs, gcsfs or adlfs: on a ``retry::`` URL a checkpoint is then one part of its
 whole size, and the check after the commit is off inside the transaction. The plugin saves
-through retryfs's pyarrow face instead. On an object store ``torch.save`` streams into the
-upload (`RetryingFileSystem.write_with`): parts go out in parallel while it serialises, a failed
-part is re-sent alone by the client, an upload that fails anyway is made again by calling
+through retryfs's pyarrow face instead. ``torch.save`` streams into the upload
+(`RetryingFileSystem.write_with`): parts go out in parallel while it serialises, a failed part
+is re-sent alone by the client, an upload that fails anyway is made again by calling
 ``torch.save`` again into a fresh one (no replay spool: nothing in a temporary file, nothing
 held beyond the parts in flight), the commit is proven new, and an error in ``torch.save``
-commits nothing. On a local disk the
-checkpoint is serialised first, then written beside its name and renamed. A load reads the
-object with ranged, resumable reads. Paths may be ``retry::s3://b/k``, ``s3://b/k`` or local.
+commits nothing. On a local disk the checkpoint is written beside its name and renamed. A load
+reads the object with ranged, resumable reads. Paths may be ``retry::s3://b/k``, ``s3://b/k`` or local.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ import io
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from retryfs.arrow.filesystem import RetryingFileSystem
@@ -41,73 +39,6 @@ except ImportError:  # pragma: no cover - only without the ``lightning`` package
     from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 
 __all__ = ["RetryingCheckpointIO", "split_location"]
-
-#: The read size of a copy from memory onto a local disk (Ray Train copies with 64 MiB chunks).
-_CHUNK = 64 * 1024 * 1024
-
-
-class _OneBuffer(pafs.FileSystemHandler):  # type: ignore[misc]  # untyped library
-    """A read-only filesystem of one file, ``checkpoint``, whose bytes are a buffer in memory:
-    the source of an upload that `pyarrow.fs.copy_files` (and so retryfs's copy data path)
-    can read again on every attempt without a copy."""
-
-    NAME = "checkpoint"
-
-    def __init__(self, data: pa.Buffer) -> None:
-        self.data = data
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __ne__(self, other: object) -> bool:
-        return self is not other
-
-    def get_type_name(self) -> str:
-        return "retryfs-buffer"
-
-    def normalize_path(self, path: str) -> str:
-        return path
-
-    def _info(self, path: str) -> pafs.FileInfo:
-        if path == self.NAME:
-            return pafs.FileInfo(path, pafs.FileType.File, size=self.data.size)
-        return pafs.FileInfo(path, pafs.FileType.NotFound)
-
-    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
-        return [self._info(path) for path in paths]
-
-    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        return [self._info(self.NAME)]
-
-    def open_input_stream(self, path: str) -> pa.NativeFile:
-        return self.open_input_file(path)
-
-    def open_input_file(self, path: str) -> pa.NativeFile:
-        if path != self.NAME:
-            raise FileNotFoundError(path)
-        return pa.BufferReader(self.data)
-
-    def _read_only(self, *args: Any) -> Any:
-        raise OSError("a checkpoint's bytes in memory are read only")
-
-    create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = _read_only
-    delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
-
-
-def _save_locally(fs: RetryingFileSystem, target: str, checkpoint: dict[str, Any]) -> None:
-    """A checkpoint onto a local disk: serialised first (an error in ``torch.save`` writes
-    nothing), then copied by retryfs's copy data path from the bytes in memory, written beside
-    its name and renamed (never a partial file under it)."""
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)
-    parent = target.rsplit("/", 1)[0] if "/" in target.strip("/") else ""
-    if parent:
-        fs.create_dir(parent, recursive=True)
-    source = pafs.PyFileSystem(_OneBuffer(pa.py_buffer(buffer.getbuffer())))
-    pafs.copy_files(_OneBuffer.NAME, target, source_filesystem=source,
-                    destination_filesystem=fs, chunk_size=_CHUNK)
 
 
 class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped library
@@ -142,12 +73,12 @@ class RetryingCheckpointIO(CheckpointIO):  # type: ignore[misc]  # untyped libra
         import torch
 
         fs, target = self.resolve(path)
-        if on_local_disk(fs):
-            _save_locally(fs, target, checkpoint)
-            return
-        # an object store: torch.save streams into the upload (parts sent while it serialises),
-        # and runs again into a fresh upload if that one fails; an error in torch.save commits
-        # nothing
+        parent = target.rsplit("/", 1)[0] if "/" in target.strip("/") else ""
+        if parent and on_local_disk(fs):
+            fs.create_dir(parent, recursive=True)
+        # torch.save streams into the upload (parts sent while it serialises), and runs again
+        # into a fresh one if that fails; an error in torch.save commits nothing; on a local
+        # disk the file is written beside its name and renamed
         fs.write_with(target, lambda stream: torch.save(checkpoint, stream))
 
     def load_checkpoint(self, path: Any, map_location: Callable[..., Any] | Any = None,

@@ -234,6 +234,11 @@ def test_local_checkpoints_and_locations(tmp_path):
     target = tmp_path / "d" / "m.ckpt"
     plugin.save_checkpoint({"a": torch.arange(4)}, f"retry::file://{target}")
     assert torch.equal(plugin.load_checkpoint(str(target))["a"], torch.arange(4))
+    with pytest.raises(Exception):  # noqa: B017 - pickle's own error, whatever its type
+        plugin.save_checkpoint({"a": torch.zeros(4), "f": lambda: None}, str(target))
+    # written beside and renamed: the last good checkpoint stays, no temporary is left
+    assert torch.equal(plugin.load_checkpoint(str(target))["a"], torch.arange(4))
+    assert os.listdir(target.parent) == ["m.ckpt"]
     assert split_location("retry::s3://b/k/x") == ("s3", "b", "b/k/x")
     assert split_location("file:///a/b") == ("", "", "/a/b")
     with pytest.raises(ValueError, match="empty"):
