@@ -159,14 +159,11 @@ class _Tail:
         return self.file.read(min(size, self.written - offset)) or b""
 
     def close(self) -> None:
-        try:
-            self.wait()  # (its error no longer matters, but the file must not close under it)
-        except OSError:
-            pass
-        finally:
-            self.file.close()
-            for stage in self.stages:
-                stage.close()
+        with contextlib.suppress(Exception):  # its error no longer matters, but the file and
+            self.wait()  # the stage it writes from must not close under it
+        self.file.close()
+        for stage in self.stages:
+            stage.close()
 
 
 def _set_direct(fd: int, on: bool) -> bool:
