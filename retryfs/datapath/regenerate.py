@@ -7,8 +7,7 @@ it. A failure the client's own retries did not absorb (a part that failed all it
 lost commit, a commit not proven by the check after it) drops that stream unclosed, so that
 nothing is committed, and the whole write is retried under the operation ``write``: ``write``
 is called again into a fresh stream. Nothing is kept on disk, and memory holds what the client
-holds for its parts: a 1 GiB spool file cost 0.2-2 s of system time per save on this project's
-benchmark machine.
+holds for its parts (`retryfs.datapath.spool` tells what a spool file costs).
 
 An error that ``write`` raises itself (not the stream's) is never retried: the stream is dropped
 uncommitted, and the error raised as it is; nor is an interrupt (``KeyboardInterrupt``,

@@ -4,9 +4,9 @@ upload can be replayed whole into a fresh one (`retryfs.datapath.streams`).
 The first ``memory`` bytes stay in memory; the rest goes to a temporary file, through a staging
 buffer of `STAGE` bytes written out whole with direct I/O (``O_DIRECT``) where the file's
 filesystem takes it. A spool is written once and read only when an upload fails, so keeping it
-out of the page cache costs nothing later. Through the page cache, a 1 GiB spool cost 0.2-1.9 s
-of the kernel's CPU time per save on this project's 2-core benchmark machine (pages found,
-filled and written back), direct 0.05 s: the server beside the client gets those seconds.
+out of the page cache costs nothing later. Writing 1 GiB to a temporary file through the page
+cache cost 0.2-1.9 s of the kernel's CPU time on this project's 2-core benchmark machine (pages
+found, filled and written back), direct 0.05 s: the server beside the client gets those seconds.
 Where direct I/O is refused (tmpfs, a platform without it) the same staged writes go through
 the page cache.
 """
