@@ -495,7 +495,7 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         temporary file beside ``path``, renamed to it once committed."""
         local = is_local(subtree_base(self.original))
         # on a local disk: written beside and renamed, never a partial file under its name
-        target = temporary_beside(path, "write") if local else path
+        target = temporary_beside(path) if local else path
 
         def open_stream(in_flight: list[Any]) -> tuple[OutputFile, ReplayableOutputStream]:
             file = self._open_writer(target, metadata, None, in_flight)

@@ -32,11 +32,16 @@ def subtree_base(fs: pafs.FileSystem) -> pafs.FileSystem:
     return fs
 
 
-def temporary_beside(path: str, tag: str) -> str:
+def temporary_beside(path: str, tag: str | None = None) -> str:
     """A hidden temporary name in ``path``'s directory for a file renamed into place after:
-    ``.<name>.retryfs-<tag>.tmp``. A name that would pass `NAME_MAX` bytes with those 16 bytes
-    plus the tag around it is shortened to a prefix of itself (whole characters) and 8 hex
-    digits of its hash, so that a legal 255-byte name still has a legal temporary twin."""
+    ``.<name>.retryfs-<tag>.tmp``; without a ``tag``, a random one (32 bits, as
+    ``uuid4().hex[:8]`` at a tenth of its cost), so that writers of one name (on other nodes
+    of a shared disk) pick other temporaries. A name that would pass `NAME_MAX` bytes with
+    those 16 bytes plus the tag around it is shortened to a prefix of itself (whole characters)
+    and 8 hex digits of its hash, so that a legal 255-byte name still has a legal temporary
+    twin."""
+    if tag is None:
+        tag = os.urandom(4).hex()
     head, tail = posixpath.split(path)
     room = NAME_MAX - len(f"..retryfs-{tag}.tmp".encode())
     return posixpath.join(head, f".{_fit(tail, room)}.retryfs-{tag}.tmp")

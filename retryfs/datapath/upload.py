@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -628,7 +627,7 @@ def written_whole(fs: pafs.FileSystem, destination: str,
     not at all: on a filesystem that writes in place (`writes_through`) the target is a
     temporary file beside it, renamed into place after, removed on any failure."""
     beside = writes_through(fs)
-    target = _beside(destination) if beside else destination
+    target = temporary_beside(destination) if beside else destination
     try:
         copied = write(target, beside)
     except BaseException:
@@ -732,12 +731,6 @@ def writes_through(fs: pafs.FileSystem) -> bool:
     truncated at open and holds a prefix while written), so that a copy writes beside its
     destination and renames it into place (an object store shows nothing until the commit)."""
     return isinstance(subtree_base(fs), pafs.LocalFileSystem)
-
-
-def _beside(path: str) -> str:
-    """A hidden temporary name beside ``path``, random (32 bits, as ``uuid4().hex[:8]``, at a
-    tenth of its cost): writers on other nodes of a shared disk pick other names."""
-    return temporary_beside(path, os.urandom(4).hex())
 
 
 def _rename(fs: pafs.FileSystem, target: str, destination: str,

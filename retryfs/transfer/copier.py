@@ -39,7 +39,6 @@ import os
 import posixpath
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -334,7 +333,7 @@ class _Copier:
         _final(self._ensure_parent, item.destination)
         target = item.destination
         if self.dst_local:  # write beside, rename on success: never a partial file in place
-            target = temporary_beside(item.destination, uuid.uuid4().hex[:8])
+            target = temporary_beside(item.destination)
         # reads resume by themselves; the bytes as stored (no decompression by the name)
         source = _final(functools.partial(self.src.open_input_stream, compression=None),
                         item.source)

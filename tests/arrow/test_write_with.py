@@ -240,3 +240,21 @@ def test_write_with_in_a_local_subtree(tmp_path):
     assert seen == [b"the last good one"]
     assert (base / "m.bin").read_bytes() == b"in the subtree"
     assert sorted(p.name for p in base.iterdir()) == ["m.bin"]
+
+
+def test_two_local_write_with_of_one_path_at_once_write_two_temporaries(tmp_path):
+    """Two writers of one name (two processes on a shared disk, two threads) each write their
+    own temporary file: with one name for both, the second would truncate the first's file and
+    rename it away under it."""
+    fs = retryfs.RetryingFileSystem(pafs.LocalFileSystem(), FAST)
+    path = str(tmp_path / "m.bin")
+
+    def outer(file):
+        file.write(b"A" * 1000)
+        fs.write_with(path, lambda inner: inner.write(b"B"))  # the other writer, meanwhile
+        file.write(b"A")
+
+    fs.write_with(path, outer)
+    with open(path, "rb") as f:
+        assert f.read() == b"A" * 1001  # the last renamed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin"]

@@ -6,6 +6,7 @@ unwrapped pyarrow succeeds; each failed before its fix.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -179,6 +180,10 @@ def test_a_temporary_name_stays_within_name_max():
     # two long names that share their first 240 bytes get different temporary names
     assert temporary_beside("/d/" + "a" * 254 + "1", "t") != \
         temporary_beside("/d/" + "a" * 254 + "2", "t")
+    # without a tag, a random one of 8 hex digits: two writers of one name get two names
+    first, second = temporary_beside("/d/" + "a" * 255), temporary_beside("/d/" + "a" * 255)
+    assert first != second and re.fullmatch(r"/d/\..*\.retryfs-[0-9a-f]{8}\.tmp", first)
+    assert len(first.rsplit("/", 1)[1].encode()) <= NAME_MAX
 
 
 @pytest.mark.parametrize("size", [1000, 3 << 20], ids=["small", "several_chunks"])
