@@ -119,20 +119,27 @@ def _faulty_write(tmp_path):
     return retryfs.RetryingFileSystem(faulty, FAST, budget=False), str(tmp_path / "m.bin")
 
 
-def test_a_stream_failure_that_write_wraps_is_still_retried(tmp_path):
-    fs, path = _faulty_write(tmp_path)
-    calls = []
-
-    def wrapping(file):
+def _catching(calls, label, error):
+    """``write`` of `BIG` that catches the stream's failure, notes ``label`` and raises
+    ``error()`` from it (as torch.save's zip writer may wrap it, or Ctrl-C may come)."""
+    def write(file):
         calls.append("called")
         try:
             Writer(BIG)(file)
-        except OSError as exc:  # as torch.save's zip writer may
-            calls.append("wrapped")
-            raise RuntimeError("serialisation failed") from exc
+        except OSError as exc:
+            calls.append(label)
+            raise error() from exc
 
-    fs.write_with(path, wrapping)
+    return write
+
+
+def test_a_stream_failure_that_write_wraps_is_still_retried(tmp_path):
+    fs, path = _faulty_write(tmp_path)
+    calls = []
+    fs.write_with(path, _catching(calls, "wrapped", lambda: RuntimeError("serialisation")))
     assert calls == ["called", "wrapped", "called"]
+    assert fs.retry_handler.original.injected["write"] == 1
+    assert fs.stats.snapshot()["by_operation"]["write"]["retries"] == 1
     with open(path, "rb") as f:
         assert f.read() == BIG
 
@@ -141,18 +148,10 @@ def test_a_stream_failure_that_write_wraps_is_still_retried(tmp_path):
 def test_an_interrupt_after_the_stream_failed_is_not_a_retry(interrupt, tmp_path):
     fs, path = _faulty_write(tmp_path)
     calls = []
-
-    def interrupted(file):
-        calls.append("called")
-        try:
-            Writer(BIG)(file)
-        except OSError:
-            calls.append("interrupted")
-            raise interrupt() from None
-
     with pytest.raises(interrupt):
-        fs.write_with(path, interrupted)
+        fs.write_with(path, _catching(calls, "interrupted", interrupt))
     assert calls == ["called", "interrupted"]
+    assert fs.retry_handler.original.injected["write"] == 1
     assert fs.stats.snapshot()["by_operation"].get("write", {}).get("retries", 0) == 0
 
 
