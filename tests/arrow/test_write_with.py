@@ -159,12 +159,16 @@ def test_a_write_that_keeps_failing_raises_the_storage_error_and_commits_nothing
         s3_fault_endpoint, s3_fault_bucket):
     ep, bucket = s3_fault_endpoint, s3_fault_bucket
     ep.put_object(bucket, "m.bin", b"the last good one")
-    ep.add_fault(S3Fault.slow_down(op="UploadPart"))  # every time
+    fault = ep.add_fault(S3Fault.slow_down(op="UploadPart"))  # every time
     writer = Writer(BIG)
     fs = _fs(ep)
     with pytest.raises(OSError, match="SLOW_DOWN|SlowDown|reduce your request rate"):
         fs.write_with(f"{bucket}/m.bin", writer)
     assert writer.calls == FAST.max_attempts
+    # each attempt's upload broke at a refused part: at least one fault an attempt, and the
+    # engine's retries between them (its last attempt given up on)
+    assert ep.fired(fault) >= FAST.max_attempts
+    assert fs.stats.snapshot()["by_operation"]["write"]["retries"] == FAST.max_attempts - 1
     assert ep.get_object(bucket, "m.bin") == b"the last good one"
     assert not ep.requests(("PutObject", "CompleteMultipartUpload"))
 
@@ -218,7 +222,8 @@ def test_a_local_write_with_made_again_after_a_stream_failure(tmp_path):
     fs, path = _faulty_write(tmp_path)  # (not seen as local: written in place)
     writer = Writer(BIG)
     fs.write_with(path, writer)
-    assert writer.calls == 2
+    assert writer.calls == 2 and fs.retry_handler.original.injected["write"] == 1
+    assert fs.stats.snapshot()["by_operation"]["write"]["retries"] == 1
     with open(path, "rb") as f:
         assert f.read() == BIG
 
