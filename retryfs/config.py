@@ -67,6 +67,10 @@ BACKENDS = ("auto", "arrow", "fsspec")
 #: (`retryfs.arrow.obstore_small`): pyarrow's own client, obstore, or obstore where it can.
 ONE_PART_CLIENTS = ("arrow", "obstore", "auto")
 OnePartClient = Literal["arrow", "obstore", "auto"]
+#: What reads the files the fsspec face opens on s3fs (`retryfs.fsspec.native`): s3fs's own
+#: files, pyarrow's S3 client with s3fs's settings, or pyarrow's where the settings carry over.
+FILE_CLIENTS = ("fsspec", "arrow", "auto")
+FileClient = Literal["fsspec", "arrow", "auto"]
 _PREFIX = "retry_"
 _ENV_PREFIX = "RETRYFS_"
 
@@ -74,7 +78,7 @@ _ENV_PREFIX = "RETRYFS_"
 OPTIONS: tuple[str, ...] = ("policy", "per_operation", "classifier", "retryable_messages",
                             "verify_writes", "spool_memory", "budget", "rate_limit", "timeout",
                             "client_attempts", "client_write_attempts", "one_part_client",
-                            "write_timeout", "min_throughput", "stats")
+                            "file_client", "write_timeout", "min_throughput", "stats")
 
 #: Options renamed since 0.1.0 (keyword, ``retry_*`` URL parameter, ``RETRYFS_*`` variable,
 #: protocol option): the old spelling still works, with a ``DeprecationWarning`` naming the new.
@@ -125,7 +129,9 @@ class WrapperConfig:
       (the same for the requests of write streams; None: 3 when ``client_attempts`` is set, so
       that the SDK re-sends a failed part alone), ``one_part_client`` (``"arrow"``,
       ``"obstore"`` or ``"auto"``: the client that carries the small files of a
-      ``copy_files`` to and from pyarrow's S3, see `retryfs.arrow.obstore_small`).
+      ``copy_files`` to and from pyarrow's S3, see `retryfs.arrow.obstore_small`),
+      ``file_client`` (``"fsspec"``, ``"arrow"`` or ``"auto"``: what reads the files the fsspec
+      face opens on s3fs, see `retryfs.fsspec.native`).
     - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
       each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
       its bytes in flight at ``min_throughput`` (both faces; the async face's writers are not
@@ -152,6 +158,7 @@ class WrapperConfig:
     client_attempts: int | None = None
     client_write_attempts: int | None = None
     one_part_client: OnePartClient = "arrow"
+    file_client: FileClient = "fsspec"
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
     min_throughput: float = DEFAULT_MIN_THROUGHPUT
     stats: RetryStats | None = None
@@ -194,6 +201,7 @@ class WrapperConfig:
                                               self.client_write_attempts))
         put("one_part_client", _checked("one_part_client", _one_part_client,
                                         self.one_part_client))
+        put("file_client", _checked("file_client", _file_client, self.file_client))
         put("write_timeout", _checked("write_timeout", _seconds_or_none, self.write_timeout))
         put("min_throughput", _checked("min_throughput", _throughput, self.min_throughput))
         if self.stats is not None and not isinstance(self.stats, RetryStats):
@@ -245,7 +253,8 @@ class WrapperConfig:
                 self.rate_limit,
                 tuple(sorted(cast("Mapping[str, float]", self.timeout).items())),
                 self.client_attempts,
-                self.client_write_attempts, self.one_part_client, self.write_timeout,
+                self.client_write_attempts, self.one_part_client, self.file_client,
+                self.write_timeout,
                 self.min_throughput)
 
     def __eq__(self, other: object) -> bool:
@@ -309,6 +318,10 @@ class Configured:
     @property
     def one_part_client(self) -> OnePartClient:
         return self.retry_config.one_part_client
+
+    @property
+    def file_client(self) -> FileClient:
+        return self.retry_config.file_client
 
 
 def _rebuild_config(options: dict[str, Any]) -> WrapperConfig:
@@ -512,6 +525,10 @@ def _one_part_client(value: Any) -> str:
     return _choice(value, ONE_PART_CLIENTS)
 
 
+def _file_client(value: Any) -> str:
+    return _choice(value, FILE_CLIENTS)
+
+
 def _backend(value: Any) -> str:
     return _choice(value, BACKENDS)
 
@@ -630,6 +647,12 @@ def _build_parameters() -> dict[str, Parameter]:
         "up, up to 1 MiB down): `obstore` (one PutObject or GetObject each, at a sixth of the "
         "AWS SDK's CPU), `arrow` (pyarrow's client), `auto` (obstore when it is installed and "
         "the client's settings carry over)")
+    params["file_client"] = Parameter(
+        "file_client", _file_client, "auto (retry:: URLs), fsspec", "fsspec",
+        "what reads the files the fsspec face opens on s3fs: `arrow` (pyarrow's S3 client with "
+        "s3fs's settings, its reads 4 ranged GETs in flight), `fsspec` (s3fs's own files), "
+        "`auto` (arrow when s3fs's settings carry over: a key and secret or anon, an endpoint "
+        "or a region)")
     params["retryable_messages"] = Parameter(
         "retryable_messages", _messages, "(none)", "Connection%20closed%7CAWS%20Error%20UNKNOWN",
         "extra error texts that mean transient, separated by `|` (or repeat the parameter)",
@@ -823,7 +846,8 @@ def config_from_options(options: Mapping[str, Any]) -> Layer:
 # -- the layered merge ---------------------------------------------------------------------------
 
 _SCALARS = ("verify_writes", "spool_memory", "budget", "rate_limit", "client_attempts",
-            "client_write_attempts", "one_part_client", "write_timeout", "min_throughput")
+            "client_write_attempts", "one_part_client", "file_client", "write_timeout",
+            "min_throughput")
 
 
 def merge(*, code: Mapping[str, Any] | None = None, top: Layer | None = None,

@@ -39,6 +39,7 @@ from retryfs.core.stats import RetryStats
 from .config import (
     BACKENDS,
     PARAMETERS,
+    FileClient,
     OnePartClient,
     Parameter,
     WrapperConfig,
@@ -150,6 +151,7 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
              client_attempts: int | None = default("client_attempts"),
              client_write_attempts: int | None = default("client_write_attempts"),
              one_part_client: OnePartClient = default("one_part_client"),
+             file_client: FileClient = default("file_client"),
              write_timeout: float | None = default("write_timeout"),
              min_throughput: float = default("min_throughput"),
              stats: RetryStats | None = None,
@@ -187,7 +189,8 @@ def from_uri(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     code = {**config.options(), **kwargs} if config is not None else dict(kwargs)
     # retryfs is the only retry layer unless told otherwise; it chooses what sends small files
     wrapper = merge(code=code, top=url, env=env,
-                    defaults={"client_attempts": 1, "one_part_client": "auto"})
+                    defaults={"client_attempts": 1, "one_part_client": "auto",
+                              "file_client": "auto"})
     backend = url.options.get("backend", env.options.get("backend", "auto"))
     inner, path = _open_backend(rest, backend, storage_options)
     return RetryingFileSystem(inner, config=wrapper), check_object_path(inner, path)

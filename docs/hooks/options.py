@@ -12,7 +12,8 @@ TYPES = {
     "_int": "`int`", "_float": "`float`", "<lambda>": "`float`", "_bool": "`bool`",
     "_seconds_or_none": "`float` or `None`", "_throughput": "`float` (bytes/s)",
     "_size": "`int` (bytes; `\"32MiB\"`)", "_client_attempts": "`int` or `None`",
-    "_backend": "`str`", "_one_part_client": "`str`", "_messages": "`Sequence[str]`",
+    "_backend": "`str`", "_one_part_client": "`str`", "_file_client": "`str`",
+    "_messages": "`Sequence[str]`",
     "_rate_limit": "`RateLimit`, `str` or `bool`", "_budget": "`RetryBudget` or `bool`",
     "_timeout": "`float`, `Mapping[str, float]` or `None`",
 }

@@ -29,6 +29,7 @@ from retryfs.clients import (
 from retryfs.config import (
     OPTIONS,
     Configured,
+    FileClient,
     OnePartClient,
     WrapperConfig,
     check_operation_names,
@@ -760,6 +761,7 @@ class RetryingFileSystem(pafs.PyFileSystem):  # type: ignore[misc]  # untyped li
                  client_attempts: int | None = default("client_attempts"),
                  client_write_attempts: int | None = default("client_write_attempts"),
                  one_part_client: OnePartClient = default("one_part_client"),
+                 file_client: FileClient = default("file_client"),
                  write_timeout: float | None = default("write_timeout"),
                  min_throughput: float = default("min_throughput"),
                  stats: RetryStats | None = None,

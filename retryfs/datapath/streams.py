@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 from fsspec.spec import AbstractBufferedFile
@@ -580,7 +580,20 @@ class ResumableInputFile(io.RawIOBase):
 
     def _fill(self, view: memoryview) -> int:
         """Fill ``view`` in sub-reads of at most `SUB_READ` bytes, each retried on its own;
-        stops early at the end of the file. Returns the bytes read."""
+        stops early at the end of the file. Returns the bytes read. On a native random-access
+        file a view larger than one sub-read is filled by `READ_AHEAD` sub-reads in flight
+        (`_ranged`): torch's loaders (``torch.load``, DCP) read each tensor with one
+        ``readinto`` of its size."""
+        if len(view) > SUB_READ:
+            ranged = self._random_access()
+            if ranged is not None:
+                start = self._pos
+                wanted = min(len(view), max(0, ranged.size() - start))
+                try:
+                    return sum(self._ranged(ranged, wanted, READ_AHEAD, into=view[:wanted]))
+                except BaseException:
+                    self._pos = start
+                    raise
         filled = 0
         while filled < len(view):
             piece = view[filled:filled + SUB_READ]
@@ -618,6 +631,13 @@ class ResumableInputFile(io.RawIOBase):
             return inner if inner.seekable() else None
         except ValueError:  # it closed itself: a read (`_attempt`) reopens it
             return None
+
+    def read_range(self, offset: int, size: int) -> pa.Buffer:
+        """``size`` bytes at ``offset`` (fewer at the end) as a Buffer: one retried ranged read
+        of a native random-access file (on S3 one GET), a retry on a fresh file. The position
+        is untouched; the caller holds the file's lock."""
+        read = _RangedRead(self._random_access(), self._reopen)
+        return cast(pa.Buffer, self._retrier.call("read", self.path, read, offset, size))
 
     def _read_ranges(self, inner: Any, wanted: int) -> pa.Buffer:
         """``wanted`` bytes from the position into one buffer, as `ranged_buffers` (`READ_AHEAD`

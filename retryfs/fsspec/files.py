@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
+import pyarrow as pa
 from fsspec.spec import AbstractBufferedFile
 
 from retryfs.core.engine import Retrier
@@ -27,6 +29,15 @@ from retryfs.datapath.streams import (
 
 __all__ = ["AsyncRetryReadFile", "AsyncTimedWriteFile", "InnerFile", "RetryReadFile",
            "RetryWriteFile", "defuse_half_open"]
+
+#: On pyarrow's file (``file_client``), a read of at most this many bytes is served from
+#: blocks of `SMALL_BLOCK` kept in memory, as fsspec's files serve them from their cache:
+#: ``torch.load`` reads a checkpoint's zip headers a few bytes at a time, and each of those
+#: reads would be a GET of its own. Larger reads go to the store, 4 ranged GETs in flight.
+SMALL_READ = 64 * 1024
+SMALL_BLOCK = 256 * 1024
+#: Blocks kept: the headers at both ends of one stored item, and the next item's.
+SMALL_BLOCKS = 4
 
 
 class _Face(Protocol):
@@ -98,13 +109,77 @@ class RetryReadFile(ResumableInputFile):
     ``readline``, iteration, ``seek``/``tell``, context manager.
     """
 
-    def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile,
-                 reopen: Callable[[], InnerFile], retrier: Retrier) -> None:
+    def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile | pa.NativeFile,
+                 reopen: Callable[[], InnerFile | pa.NativeFile], retrier: Retrier) -> None:
         seekable = bool(getattr(inner, "seekable", lambda: False)())
         super().__init__(path, inner, reopen, retrier, seekable=seekable)
         self.fs = fs
         self.mode = mode
-        self._details = getattr(inner.file, "details", None)
+        self._details = getattr(getattr(inner, "file", None), "details", None)
+        self._blocks: _Blocks | None = None  # small reads of pyarrow's file
+        self._native = isinstance(inner, pa.NativeFile)
+
+    def read_bytes(self, size: int | None = -1) -> bytes:
+        small = self._small_read(size)
+        return small if small is not None else super().read_bytes(size)
+
+    def read_buffer(self, size: int | None = -1) -> Any:
+        small = self._small_read(size)
+        return small if small is not None else super().read_buffer(size)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        small = self._small_read(len(view))
+        if small is not None:
+            view[:len(small)] = small
+            return len(small)
+        if not self._native:
+            return super().readinto(view)
+        return self._readinto_past_blocks(view)
+
+    def _small_read(self, size: int | None) -> bytes | None:
+        """A read of at most `SMALL_READ` bytes of pyarrow's file, from the blocks kept
+        (``None``: not one)."""
+        if not self._native or size is None or size < 0 or size > SMALL_READ:
+            return None
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        with self._lock:
+            data = self._kept().read(self._pos, min(self._pos + size, self._length()))
+            self._pos += len(data)
+            self._inner_pos = -1  # ranged reads leave the file's own position unspecified
+        return data
+
+    def _readinto_past_blocks(self, view: memoryview) -> int:
+        """A large ``readinto`` of pyarrow's file whose first and last bytes the blocks kept
+        hold already (``torch.load`` reads an item's headers at both ends, then its data in
+        one read between them): those are copied, only the bytes between are fetched."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        with self._lock:
+            start = self._pos
+            end = min(start + len(view), self._length())
+            blocks = self._kept()
+            head = blocks.held(start, end)
+            tail = blocks.held_before(end, start + len(head))
+            view[:len(head)] = head
+            view[end - start - len(tail):end - start] = tail
+            self._pos = start + len(head)
+        middle = view[len(head):end - start - len(tail)]
+        got = super().readinto(middle) if len(middle) else 0
+        with self._lock:
+            if got < len(middle):  # the file ended early (shorter than it was)
+                return len(head) + got
+            self._pos = end
+        return end - start
+
+    def _kept(self) -> _Blocks:
+        if self._blocks is None:
+            self._blocks = _Blocks(self._fetch_block, self._length())
+        return self._blocks
+
+    def _fetch_block(self, start: int, end: int) -> bytes:
+        return cast("bytes", self.read_range(start, end - start).to_pybytes())
 
     @property
     def size(self) -> int:  # type: ignore[override]
@@ -116,7 +191,7 @@ class RetryReadFile(ResumableInputFile):
         the file where it was, so the retry reads on from there, with the blocks it holds
         (a fresh file would fetch them again: 8 MiB a block for DCP's loads)."""
         inner = self._inner
-        if (inner is not None and isinstance(inner.file, AbstractBufferedFile)
+        if (inner is not None and isinstance(getattr(inner, "file", None), AbstractBufferedFile)
                 and not inner.file.closed):
             return
         super()._drop_inner()
@@ -158,6 +233,68 @@ class RetryReadFile(ResumableInputFile):
 
     def __repr__(self) -> str:
         return redact(f"<RetryReadFile {self.path!r} at {self._pos}>")
+
+
+class _Blocks:
+    """Blocks of `SMALL_BLOCK` bytes of one file, by offset, the last `SMALL_BLOCKS` fetched
+    kept (fsspec's ``BlockCache`` does not say which bytes it holds, and a large read is to
+    take those instead of fetching them again)."""
+
+    def __init__(self, fetch: Callable[[int, int], bytes], size: int) -> None:
+        self._fetch = fetch
+        self._size = size
+        self._kept: OrderedDict[int, bytes] = OrderedDict()
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end``, each block fetched once while it is kept."""
+        if start >= end:
+            return b""
+        parts = []
+        for number in range(start // SMALL_BLOCK, (end - 1) // SMALL_BLOCK + 1):
+            base = number * SMALL_BLOCK
+            parts.append(self._block(number)[max(start - base, 0):end - base])
+        return b"".join(parts)
+
+    def held(self, start: int, end: int) -> bytes:
+        """The bytes from ``start`` on (not past ``end``) that kept blocks hold, fetching none."""
+        parts = []
+        while start < end:
+            block = self._kept.get(start // SMALL_BLOCK)
+            if block is None:
+                break
+            offset = start % SMALL_BLOCK
+            piece = block[offset:offset + end - start]
+            if not piece:
+                break
+            parts.append(piece)
+            start += len(piece)
+        return b"".join(parts)
+
+    def held_before(self, end: int, floor: int) -> bytes:
+        """The bytes up to ``end`` (not before ``floor``) that kept blocks hold, fetching none."""
+        parts: list[bytes] = []
+        while end > floor:
+            number = (end - 1) // SMALL_BLOCK
+            block = self._kept.get(number)
+            base = number * SMALL_BLOCK
+            if block is None or end - base > len(block):
+                break
+            piece = block[max(floor - base, 0):end - base]
+            parts.insert(0, piece)
+            end -= len(piece)
+        return b"".join(parts)
+
+    def _block(self, number: int) -> bytes:
+        block = self._kept.get(number)
+        if block is None:
+            start = number * SMALL_BLOCK
+            block = self._fetch(start, min(self._size, start + SMALL_BLOCK))
+            self._kept[number] = block
+            if len(self._kept) > SMALL_BLOCKS:
+                self._kept.popitem(last=False)
+        else:
+            self._kept.move_to_end(number)
+        return block
 
 
 def _readline(inner: Any) -> bytes:

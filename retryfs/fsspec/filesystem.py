@@ -53,6 +53,7 @@ from retryfs.clients import with_client_attempts
 from retryfs.config import (
     CODE_ONLY,
     Configured,
+    FileClient,
     OnePartClient,
     WrapperConfig,
     check_operation_names,
@@ -94,6 +95,7 @@ from .files import (
     defuse_half_open,
 )
 from .inner import call_label, inner_arguments, inner_is_async, inner_path, resolve_inner
+from .native import arrow_twin
 from .reconcile import async_reconciler, sync_reconciler
 
 __all__ = ["AsyncRetryFileSystem", "AsyncRetryReadFile", "FSSPEC_GROUPS",
@@ -231,6 +233,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
         client_attempts: int | None = default("client_attempts"),
         client_write_attempts: int | None = default("client_write_attempts"),
         one_part_client: OnePartClient = default("one_part_client"),
+        file_client: FileClient = default("file_client"),
         write_timeout: float | None = default("write_timeout"),
         min_throughput: float = default("min_throughput"),
         stats: RetryStats | None = None,
@@ -295,7 +298,8 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                                               **code["per_operation"]}}
         # a client retryfs builds itself (target_protocol, retry:: URLs) gets one retry layer, as
         # from_uri's; a client handed in (fs=) keeps its own retries unless asked
-        defaults = {"client_attempts": 1} if self.target_protocol is not None else None
+        defaults = ({"client_attempts": 1, "file_client": "auto"}
+                    if self.target_protocol is not None else None)
         config = merge(code={**explicit, **code}, top=config_from_options(options),
                        env=config_from_env(url=False), defaults=defaults)
         inner = self.fs
@@ -310,6 +314,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
             else:
                 self.fs = with_client_attempts(inner, config.client_attempts)
                 s3fs_one_try.spare(self.fs)
+        self._arrow_files = self._file_client(config)
         self._timeouts = config.timeouts_for(FACE_GROUPS)
         budget = cast("RetryBudget | None", config.budget)  # normalized
         bucket = bucket_for(self.fs, budget) if budget is not None else None
@@ -317,12 +322,20 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                                budget=bucket, timeouts=self._timeouts,
                                limiter=limiter_for(self.fs, cast(RateLimit, config.rate_limit)))
 
-
-
-
-
-
-
+    def _file_client(self, config: WrapperConfig) -> Any:
+        """pyarrow's S3 client that reads the files ``open`` returns (``file_client``), with
+        the client's attempts of s3fs's; ``None``: s3fs's own files."""
+        if config.file_client == "fsspec":
+            return None
+        twin = arrow_twin(self.fs)
+        if isinstance(twin, str):
+            if config.file_client == "arrow":
+                raise ValueError(f"file_client='arrow': s3fs's settings do not carry over to "
+                                 f"pyarrow's S3 client: {twin}")
+            return None
+        if config.client_attempts is not None:
+            twin = with_client_attempts(twin, config.client_attempts)
+        return twin
 
     @property
     def rate_limiter(self) -> RateLimiter | None:
@@ -455,6 +468,14 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                     defuse_half_open(error)  # never an empty commit from a failed open
                 raise
 
+        if mode == "rb" and self._arrow_files is not None and not kwargs:
+            arrow = self._arrow_files
+
+            def reopen_native() -> Any:
+                return self._call("open_input_file", path, arrow.open_input_file, path)
+
+            return RetryReadFile(self, path, mode, reopen_native(), reopen_native,
+                                 self.retrier)
         if mode == "rb":
             def reopen_read() -> InnerFile:
                 return InnerFile(self._call("open_input_file", path, opener))

@@ -42,6 +42,7 @@ EVERY_OPTION = dict(
     client_attempts=2,
     client_write_attempts=4,
     one_part_client="auto",
+    file_client="auto",
     write_timeout=5.0,
     min_throughput=1000.0,
 )

@@ -1,0 +1,265 @@
+"""``file_client``: the fsspec face reads the files it opens on s3fs through pyarrow's S3 client.
+
+What is checked: which s3fs settings carry over (and the sentence naming the one that does
+not), that a ``retry::s3://`` URL reads through pyarrow by default and a handed s3fs does not
+unless asked, that the bytes read are the object's, what a read costs in GETs and bytes (each
+byte once for torch's pattern of reads), and what a fault in the middle of a read costs.
+"""
+
+import hashlib
+import os
+import pickle
+
+import fsspec
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+import s3fs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from retryfs.fsspec import files as face_files
+from retryfs.fsspec.files import SMALL_BLOCK, RetryReadFile
+from retryfs.fsspec.filesystem import RetryFileSystem
+from retryfs.fsspec.native import arrow_twin
+from retryfs.testing import S3Fault
+
+pytestmark = pytest.mark.usefixtures("clean_retryfs_env")
+
+RETRY = {"max_attempts": 4, "initial_delay": 0.001, "max_delay": 0.01, "budget": False}
+
+
+def _s3fs(**options):
+    base = {"key": "k", "secret": "s", "endpoint_url": "http://127.0.0.1:9000",
+            "client_kwargs": {"region_name": "eu-west-3"}, "skip_instance_cache": True}
+    base.update(options)
+    return s3fs.S3FileSystem(**{k: v for k, v in base.items() if v is not None})
+
+
+def _arrow_options(fs):
+    return fs.__reduce__()[1][0]
+
+
+# -- which settings carry over ------------------------------------------------------------------
+
+def test_the_endpoint_keys_region_and_timeouts_carry_over():
+    twin = arrow_twin(_s3fs(token="t", config_kwargs={
+        "connect_timeout": 3, "read_timeout": 7, "s3": {"addressing_style": "path"}}))
+    assert isinstance(twin, pafs.S3FileSystem)
+    options = _arrow_options(twin)
+    assert options["endpoint_override"] == "127.0.0.1:9000" and options["scheme"] == "http"
+    assert options["region"] == "eu-west-3"
+    assert (options["access_key"], options["secret_key"], options["session_token"]) == (
+        "k", "s", "t")
+    assert options["connect_timeout"] == 3 and options["request_timeout"] == 7
+    assert options["force_virtual_addressing"] is False
+
+
+def test_anonymous_access_and_an_aws_region_without_an_endpoint_carry_over():
+    options = _arrow_options(arrow_twin(_s3fs(anon=True, key=None, secret=None,
+                                              endpoint_url=None, use_ssl=False)))
+    assert options["anonymous"] is True and options["region"] == "eu-west-3"
+    assert options["scheme"] == "http" and not options.get("endpoint_override")
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({"key": None, "secret": None}, "no key and secret"),
+    ({"requester_pays": True}, "requester_pays"),
+    ({"version_aware": True}, "version_aware"),
+    ({"s3_additional_kwargs": {"SSECustomerKey": "x"}}, "s3_additional_kwargs"),
+    ({"cache_regions": True}, "cache_regions"),
+    ({"profile": "dev"}, "profile"),
+    ({"client_kwargs": {"region_name": "eu-west-3", "verify": False}}, "client_kwargs ['verify']"),
+    ({"config_kwargs": {"signature_version": "s3"}}, "config_kwargs ['signature_version']"),
+    ({"config_kwargs": {"s3": {"use_accelerate_endpoint": True}}}, "use_accelerate_endpoint"),
+    ({"endpoint_url": None, "client_kwargs": {}}, "no region_name"),
+    ({"endpoint_url": "http://127.0.0.1:9000/base"}, "endpoint_url"),
+])
+def test_a_setting_that_does_not_carry_over_is_named(options, named):
+    reason = arrow_twin(_s3fs(**options))
+    assert isinstance(reason, str) and named in reason
+
+
+def test_a_filesystem_that_is_not_s3fs_has_no_twin():
+    assert "not s3fs" in arrow_twin(fsspec.filesystem("memory"))
+
+
+def test_asking_for_arrow_where_the_settings_do_not_carry_over_names_the_option_and_why():
+    with pytest.raises(ValueError, match="file_client='arrow'.*requester_pays"):
+        RetryFileSystem(fs=_s3fs(requester_pays=True), file_client="arrow")
+    with pytest.raises(ValueError, match="file_client='arrow'.*not s3fs"):
+        RetryFileSystem(fs=fsspec.filesystem("memory"), file_client="arrow")
+    with pytest.raises(ValueError, match="file_client"):
+        RetryFileSystem(fs=_s3fs(), file_client="boto")
+
+
+def test_the_default_reads_through_arrow_for_urls_and_through_s3fs_for_a_handed_client(
+        s3_fault_endpoint, s3_fault_bucket):
+    options = _options(s3_fault_endpoint)
+    s3_fault_endpoint.put_object(s3_fault_bucket, "k", b"x" * 100)
+    url = f"retry::s3://{s3_fault_bucket}/k"
+    fs, _ = fsspec.core.url_to_fs(url, **options)
+    with fs.open(url, "rb") as f:
+        assert f._native and f.read() == b"x" * 100
+    assert isinstance(pickle.loads(pickle.dumps(fs))._arrow_files, pafs.S3FileSystem)
+    handed = RetryFileSystem(fs=s3fs.S3FileSystem(**options["s3"]), **RETRY)
+    with handed.open(f"{s3_fault_bucket}/k", "rb") as f:
+        assert not f._native and f.read() == b"x" * 100
+    fs, _ = fsspec.core.url_to_fs(url, s3=options["s3"], retry={**RETRY, "file_client": "fsspec"})
+    with fs.open(url, "rb") as f:
+        assert not f._native
+
+
+def test_open_options_s3fs_alone_knows_keep_its_files(s3_fault_endpoint, s3_fault_bucket):
+    s3_fault_endpoint.put_object(s3_fault_bucket, "k", b"v")
+    fs, path = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/k",
+                                     **_options(s3_fault_endpoint))
+    with fs.open(path, "rb", version_id=None) as f:
+        assert not f._native and f.read() == b"v"
+
+
+# -- what a read costs --------------------------------------------------------------------------
+
+def _options(endpoint):
+    return {"s3": {"key": "testing", "secret": "testing", "endpoint_url": endpoint.url,
+                   "client_kwargs": {"region_name": endpoint.region},
+                   "skip_instance_cache": True},
+            "retry": dict(RETRY)}
+
+
+def _object(endpoint, bucket, size):
+    data = os.urandom(size)
+    endpoint.put_object(bucket, "obj", data)
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{bucket}/obj", **_options(endpoint))
+    endpoint.reset_record()
+    return fs, f"{bucket}/obj", data
+
+
+def _gets(endpoint):
+    gets = endpoint.requests(op="GetObject")
+    return len(gets), sum(record.response_bytes for record in gets)
+
+
+def test_torch_s_pattern_of_reads_fetches_each_byte_once(s3_fault_endpoint, s3_fault_bucket):
+    """An item read as ``torch.load`` reads it: a few bytes at its end, a few at its start, then
+    its data between them in one ``readinto``: the headers' blocks are fetched once each and
+    the data read takes the bytes they hold, so the object's bytes are fetched once."""
+    size = 3 * SMALL_BLOCK + 12_345
+    fs, path, data = _object(s3_fault_endpoint, s3_fault_bucket, size)
+    with fs.open(path, "rb") as f:
+        f.seek(size - 22)
+        assert f.read(22) == data[-22:]
+        f.seek(size - 300)
+        assert f.read(100) == data[-300:-200]
+        f.seek(0)
+        assert f.read(30) == data[:30]
+        assert f.read(64) == data[30:94]
+        buffer = bytearray(size - 94 - 300)
+        assert f.readinto(buffer) == len(buffer) and bytes(buffer) == data[94:-300]
+        assert f.tell() == size - 300
+    count, served = _gets(s3_fault_endpoint)
+    assert served == size and count == 3  # two blocks, then the bytes between them
+
+
+def test_a_large_read_is_ranged_gets_in_flight_and_a_fault_costs_its_range_again(
+        s3_fault_endpoint, s3_fault_bucket):
+    size = 20 * 2**20 + 7
+    fs, path, data = _object(s3_fault_endpoint, s3_fault_bucket, size)
+    with fs.open(path, "rb") as f:
+        buffer = bytearray(size)
+        assert f.readinto(buffer) == size
+    assert hashlib.md5(buffer).digest() == hashlib.md5(data).digest()
+    clean_count, clean_bytes = _gets(s3_fault_endpoint)
+    assert clean_bytes == size and clean_count == 3  # 8 + 8 + 4 MiB ranges
+    s3_fault_endpoint.reset_record()
+    s3_fault_endpoint.add_fault(S3Fault.truncate(keep_bytes=2**20, op="GetObject", times=1))
+    with fs.open(path, "rb") as f:
+        assert f.read() == data
+    count, served = _gets(s3_fault_endpoint)
+    assert len(s3_fault_endpoint.injected) == 1
+    assert count == clean_count + 1 and served <= size + 2**20  # the cut range, once more
+    assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == 1
+
+
+def test_a_read_that_meets_a_503_on_every_attempt_raises_after_the_policy_s_attempts(
+        s3_fault_endpoint, s3_fault_bucket):
+    fs, path, _ = _object(s3_fault_endpoint, s3_fault_bucket, 1000)
+    with fs.open(path, "rb") as f:
+        s3_fault_endpoint.add_fault(S3Fault.slow_down(op="GetObject", times=None))
+        with pytest.raises(OSError, match="SLOW_DOWN|SERVICE_UNAVAILABLE"):
+            f.read(10)
+    assert len(s3_fault_endpoint.injected) == RETRY["max_attempts"]
+
+
+def test_a_missing_object_is_file_not_found_at_once(s3_fault_endpoint, s3_fault_bucket):
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/none",
+                                  **_options(s3_fault_endpoint))
+    with pytest.raises(FileNotFoundError):
+        fs.open(f"{s3_fault_bucket}/none", "rb")
+    assert fs.stats.snapshot()["retries"] == 0
+
+
+# -- any sequence of reads gives the file's bytes -----------------------------------------------
+
+class _Face:
+    retrier = None
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.integers(0, 3 * SMALL_BLOCK),
+                                st.integers(0, 2 * SMALL_BLOCK),
+                                st.sampled_from(["read", "readinto", "read_buffer"])),
+                      min_size=1, max_size=12))
+def test_any_sequence_of_seeks_and_reads_gives_the_file_s_bytes(tmp_path, steps):
+    from retryfs.core.classify import ErrorClassifier
+    from retryfs.core.engine import Retrier
+    from retryfs.core.policy import RetryPolicy
+    from retryfs.core.stats import RetryStats
+
+    path = tmp_path / "f.bin"
+    if not path.exists():
+        path.write_bytes(os.urandom(2 * SMALL_BLOCK + 999))
+    data = path.read_bytes()
+    local = pafs.LocalFileSystem()
+    retrier = Retrier(lambda op: RetryPolicy(max_attempts=1), ErrorClassifier(), RetryStats())
+    fetched = []
+
+    def reopen():
+        return local.open_input_file(str(path))
+
+    f = RetryReadFile(_Face(), str(path), "rb", reopen(), reopen, retrier)
+    fetch = f._fetch_block
+    f._fetch_block = lambda start, end: fetched.append(end - start) or fetch(start, end)
+    for offset, size, how in steps:
+        f.seek(offset)
+        expected = data[offset:offset + size]
+        if how == "readinto":
+            buffer = bytearray(size)
+            got = f.readinto(buffer)
+            assert bytes(buffer[:got]) == expected
+        else:
+            got_data = getattr(f, how)(size)
+            assert bytes(got_data) == expected
+        assert f.tell() == offset + len(expected)
+    assert all(n <= SMALL_BLOCK for n in fetched)
+    f.close()
+
+
+def test_small_reads_keep_only_a_few_blocks(monkeypatch, tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(8 * SMALL_BLOCK))
+    local = pafs.LocalFileSystem()
+    from retryfs.core.classify import ErrorClassifier
+    from retryfs.core.engine import Retrier
+    from retryfs.core.policy import RetryPolicy
+    from retryfs.core.stats import RetryStats
+
+    retrier = Retrier(lambda op: RetryPolicy(max_attempts=1), ErrorClassifier(), RetryStats())
+    f = RetryReadFile(_Face(), str(path), "rb", local.open_input_file(str(path)),
+                      lambda: local.open_input_file(str(path)), retrier)
+    for block in range(8):
+        f.seek(block * SMALL_BLOCK)
+        f.read(10)
+    assert len(f._blocks._kept) == face_files.SMALL_BLOCKS
+    assert isinstance(f._inner, pa.NativeFile)
