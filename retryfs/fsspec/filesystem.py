@@ -169,9 +169,16 @@ class _CachedPerInstance(type(AbstractFileSystem)):  # type: ignore[misc]
     """fsspec's instance cache, except for a wrapper of a filesystem object: the cache keys the
     arguments by their ``str``, and two different objects can print alike (two retryfs wrappers
     of the same settings; an address reused after one was freed), so a cached wrapper would be
-    handed back around the wrong filesystem, with the wrong counters."""
+    handed back around the wrong filesystem, with the wrong counters.
+
+    The URL a chained filesystem was opened with (``fo``, which ``url_to_fs`` passes) is not
+    part of the key: the wrapper serves every path of the filesystem it wraps. Keyed by it,
+    each checkpoint directory (``retry::s3://bucket/ckpt/step-100``, ``.../step-200``) built a
+    wrapper of its own, with a client of its own: a session, its service model read again
+    (80 ms of CPU per torch DCP save in a profile), connections opened again."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("fo", None)
         inner = kwargs.get("fs", args[0] if args else None)
         if inner is not None and not isinstance(inner, str):
             kwargs["skip_instance_cache"] = True
@@ -469,13 +476,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                 raise
 
         if mode == "rb" and self._arrow_files is not None and not kwargs:
-            arrow = self._arrow_files
-
-            def reopen_native() -> Any:
-                return self._call("open_input_file", path, arrow.open_input_file, path)
-
-            return RetryReadFile(self, path, mode, reopen_native(), reopen_native,
-                                 self.retrier)
+            return self._open_arrow_read(path)
         if mode == "rb":
             def reopen_read() -> InnerFile:
                 return InnerFile(self._call("open_input_file", path, opener))
@@ -503,6 +504,15 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
             return writer
         operation = "open_append_stream" if "a" in mode else "open"
         return self._call(operation, path, opener)
+
+    def _open_arrow_read(self, path: str) -> RetryReadFile:
+        """``path`` opened for reading through pyarrow's client (``file_client``)."""
+        reader = self._arrow_files
+
+        def reopen() -> Any:
+            return self._call("open_input_file", path, reader.open_input_file, path)
+
+        return RetryReadFile(self, path, "rb", reopen(), reopen, self.retrier)
 
     def _write_attempt_timeout(self, operation: str, in_flight: int) -> float | None:
         """As on the pyarrow face: each write/flush/close attempt may take ``write_timeout``

@@ -66,6 +66,7 @@ _EXPECTED = {
     "retryable_messages": ("Connection closed", "AWS Error UNKNOWN"), "budget": False,
     "timeout": (30.0, 30.0), "read_timeout": 10.0, "metadata_timeout": 10.0,
     "client_attempts": 3, "client_write_attempts": 1, "one_part_client": "arrow",
+    "file_client": "fsspec",
     "write_timeout": 120.0,
     "min_throughput": 262144.0, "rate_limit": "on",
 }

@@ -533,6 +533,28 @@ def test_a_wrapper_of_an_object_is_never_a_cached_one_that_prints_alike():
     assert by_name[0] is by_name[1]
 
 
+def test_every_path_of_a_chained_url_shares_one_wrapper_and_one_client(s3_fault_endpoint,
+                                                                          s3_fault_bucket):
+    """``url_to_fs`` passes a chained filesystem the URL it was opened with (``fo``); keyed by
+    it, each checkpoint directory built a wrapper and an s3fs client of its own: a botocore
+    session and its service model read again for every DCP save, connections opened again."""
+    ep = s3_fault_endpoint
+    s3 = {"key": "testing", "secret": "testing", "endpoint_url": ep.url,
+          "client_kwargs": {"region_name": ep.region}}
+    retry = {"max_attempts": 3, "initial_delay": 0.001}
+    first, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/ckpt/step-100",
+                                     s3=s3, retry=retry)
+    second, path = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/ckpt/step-200",
+                                         s3=s3, retry=retry)
+    assert second is first and second.fs is first.fs
+    assert path == f"{s3_fault_bucket}/ckpt/step-200"
+    second.pipe_file(path + "/x", b"1")
+    assert first.cat_file(f"retry::s3://{s3_fault_bucket}/ckpt/step-200/x") == b"1"
+    other, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/ckpt/step-300",
+                                     s3=s3, retry={**retry, "max_attempts": 4})
+    assert other is not first  # other settings: another wrapper
+
+
 def test_repr_names_the_backend_and_policy(store):
     text = repr(wrap(store))
     assert "StoreFS" in text and "max_attempts=4" in text

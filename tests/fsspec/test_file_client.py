@@ -124,7 +124,7 @@ def _options(endpoint):
     return {"s3": {"key": "testing", "secret": "testing", "endpoint_url": endpoint.url,
                    "client_kwargs": {"region_name": endpoint.region},
                    "skip_instance_cache": True},
-            "retry": dict(RETRY)}
+            "retry": dict(RETRY, skip_instance_cache=True)}
 
 
 def _object(endpoint, bucket, size):
