@@ -118,6 +118,8 @@ class RetryReadFile(ResumableInputFile):
         self._details = getattr(getattr(inner, "file", None), "details", None)
         self._blocks: _Blocks | None = None  # small reads of pyarrow's file
         self._native = isinstance(inner, pa.NativeFile)
+        if self._native:  # known from the open's HEAD: asking later would position the file
+            self._size = inner.size()
 
     def read_bytes(self, size: int | None = -1) -> bytes:
         small = self._small_read(size)
@@ -159,6 +161,8 @@ class RetryReadFile(ResumableInputFile):
         with self._lock:
             start = self._pos
             end = min(start + len(view), self._length())
+            if end <= start:
+                return 0
             blocks = self._kept()
             head = blocks.held(start, end)
             tail = blocks.held_before(end, start + len(head))
@@ -172,6 +176,27 @@ class RetryReadFile(ResumableInputFile):
                 return len(head) + got
             self._pos = end
         return end - start
+
+    def _readline_from_blocks(self, limit: int) -> bytes:
+        """A line (at most ``limit`` bytes when ``limit`` >= 0) of pyarrow's file, read from
+        the blocks kept, `SMALL_READ` bytes at a time."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        parts: list[bytes] = []
+        taken = 0
+        with self._lock:
+            while limit < 0 or taken < limit:
+                want = SMALL_READ if limit < 0 else min(SMALL_READ, limit - taken)
+                chunk = self._kept().read(self._pos, min(self._pos + want, self._length()))
+                end = chunk.find(b"\n") + 1
+                line = chunk[:end] if end else chunk
+                parts.append(line)
+                taken += len(line)
+                self._pos += len(line)
+                self._inner_pos = -1
+                if end or not chunk:
+                    break
+        return b"".join(parts)
 
     def _kept(self) -> _Blocks:
         if self._blocks is None:
@@ -209,6 +234,8 @@ class RetryReadFile(ResumableInputFile):
         return self._length()
 
     def readline(self, size: int | None = -1) -> bytes:
+        if self._native:  # pyarrow's files have no readline: lines from the blocks kept
+            return self._readline_from_blocks(-1 if size is None else size)
         if size is not None and size >= 0:
             return super().readline(size)
         if self.closed:

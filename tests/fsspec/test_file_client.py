@@ -199,6 +199,28 @@ def test_a_missing_object_is_file_not_found_at_once(s3_fault_endpoint, s3_fault_
     assert fs.stats.snapshot()["retries"] == 0
 
 
+def test_lines_text_and_the_ends_of_a_file_read_as_on_s3fs(s3_fault_endpoint, s3_fault_bucket):
+    """pyarrow's files have no ``readline``: lines come from the blocks kept (pandas reads a
+    CSV that way); reads at and past the end give nothing, an empty object is empty."""
+    text = b"".join(b"row %d\n" % i for i in range(50_000))
+    fs, path, _ = _object(s3_fault_endpoint, s3_fault_bucket, 0)
+    s3_fault_endpoint.put_object(s3_fault_bucket, "rows.txt", text + b"last")
+    s3_fault_endpoint.reset_record()
+    rows = f"{s3_fault_bucket}/rows.txt"
+    with fs.open(rows, "rb") as f:
+        assert f._native and f.readline() == b"row 0\n" and f.readline(3) == b"row"
+        assert list(f)[-2:] == [b"row 49999\n", b"last"]
+        assert f.readline() == b"" and f.read(5) == b""
+        f.seek(10**9)
+        assert f.read(10) == b"" and f.readinto(bytearray(2**20)) == 0
+    count, served = _gets(s3_fault_endpoint)
+    assert served == len(text) + 4 and count == -(-served // SMALL_BLOCK)
+    with fs.open(rows, "r") as f:
+        assert f.readline() == "row 0\n" and f.read().endswith("row 49999\nlast")
+    with fs.open(path, "rb") as f:
+        assert f.size == 0 and f.read() == b"" and f.readline() == b""
+
+
 # -- any sequence of reads gives the file's bytes -----------------------------------------------
 
 class _Face:
@@ -209,7 +231,8 @@ class _Face:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.tuples(st.integers(0, 3 * SMALL_BLOCK),
                                 st.integers(0, 2 * SMALL_BLOCK),
-                                st.sampled_from(["read", "readinto", "read_buffer"])),
+                                st.sampled_from(["read", "readinto", "read_buffer",
+                                                 "readline"])),
                       min_size=1, max_size=12))
 def test_any_sequence_of_seeks_and_reads_gives_the_file_s_bytes(tmp_path, steps):
     from retryfs.core.classify import ErrorClassifier
@@ -234,6 +257,9 @@ def test_any_sequence_of_seeks_and_reads_gives_the_file_s_bytes(tmp_path, steps)
     for offset, size, how in steps:
         f.seek(offset)
         expected = data[offset:offset + size]
+        if how == "readline":
+            rest = data[offset:]
+            expected = rest[:rest.find(b"\n") + 1 or len(rest)][:size]
         if how == "readinto":
             buffer = bytearray(size)
             got = f.readinto(buffer)
