@@ -221,6 +221,16 @@ def test_lines_text_and_the_ends_of_a_file_read_as_on_s3fs(s3_fault_endpoint, s3
         assert f.size == 0 and f.read() == b"" and f.readline() == b""
 
 
+@pytest.mark.parametrize("name", ["a b", "ü/é", "x?y", "x#y", "p%20q", "n" * 255,
+                                  "sp ace/+plus", "dot./..x", "tab\tx"])
+def test_hostile_names_read_their_own_object(name, s3_fault_endpoint, s3_fault_bucket):
+    fs, _, _ = _object(s3_fault_endpoint, s3_fault_bucket, 0)
+    path = f"{s3_fault_bucket}/{name}"
+    fs.pipe_file(path, name.encode())
+    with fs.open(f"retry::s3://{path}", "rb") as f:
+        assert f._native and f.read() == name.encode()
+
+
 # -- any sequence of reads gives the file's bytes -----------------------------------------------
 
 class _Face:
