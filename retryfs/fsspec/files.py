@@ -170,7 +170,11 @@ class RetryReadFile(ResumableInputFile):
             view[end - start - len(tail):end - start] = tail
             self._pos = start + len(head)
         middle = view[len(head):end - start - len(tail)]
-        got = super().readinto(middle) if len(middle) else 0
+        try:
+            got = super().readinto(middle) if len(middle) else 0
+        except BaseException:
+            self._pos = start  # a failed read moves nothing, the blocks' bytes included
+            raise
         with self._lock:
             if got < len(middle):  # the file ended early (shorter than it was)
                 return len(head) + got

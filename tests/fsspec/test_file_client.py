@@ -191,6 +191,21 @@ def test_a_read_that_meets_a_503_on_every_attempt_raises_after_the_policy_s_atte
     assert len(s3_fault_endpoint.injected) == RETRY["max_attempts"]
 
 
+def test_a_large_read_that_gives_up_leaves_the_position_where_it_was(
+        s3_fault_endpoint, s3_fault_bucket):
+    size = 2 * SMALL_BLOCK + 3 * 2**20
+    fs, path, data = _object(s3_fault_endpoint, s3_fault_bucket, size)
+    with fs.open(path, "rb") as f:
+        assert f.read(10) == data[:10]  # the first block is kept
+        s3_fault_endpoint.add_fault(S3Fault.slow_down(op="GetObject", times=None))
+        with pytest.raises(OSError):
+            f.readinto(bytearray(size))
+        assert f.tell() == 10
+        s3_fault_endpoint.clear_faults()
+        buffer = bytearray(size)
+        assert f.readinto(buffer) == size - 10 and bytes(buffer[:size - 10]) == data[10:]
+
+
 def test_a_missing_object_is_file_not_found_at_once(s3_fault_endpoint, s3_fault_bucket):
     fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/none",
                                   **_options(s3_fault_endpoint))
