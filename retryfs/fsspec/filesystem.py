@@ -330,8 +330,8 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                                limiter=limiter_for(self.fs, cast(RateLimit, config.rate_limit)))
 
     def _file_client(self, config: WrapperConfig) -> Any:
-        """pyarrow's S3 client that reads the files ``open`` returns (``file_client``), with
-        the client's attempts of s3fs's; ``None``: s3fs's own files."""
+        """pyarrow's S3 client that reads the files ``open`` returns (``file_client``), its
+        own retries set as s3fs's are (``client_attempts``); ``None``: s3fs's own files."""
         if config.file_client == "fsspec":
             return None
         twin = arrow_twin(self.fs)
