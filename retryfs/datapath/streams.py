@@ -587,13 +587,8 @@ class ResumableInputFile(io.RawIOBase):
         if len(view) > SUB_READ:
             ranged = self._random_access()
             if ranged is not None:
-                start = self._pos
-                wanted = min(len(view), max(0, ranged.size() - start))
-                try:
-                    return sum(self._ranged(ranged, wanted, READ_AHEAD, into=view[:wanted]))
-                except BaseException:
-                    self._pos = start
-                    raise
+                wanted = min(len(view), max(0, ranged.size() - self._pos))
+                return self._read_ranges_into(ranged, view[:wanted])
         filled = 0
         while filled < len(view):
             piece = view[filled:filled + SUB_READ]
@@ -643,23 +638,30 @@ class ResumableInputFile(io.RawIOBase):
         """``wanted`` bytes from the position into one buffer, as `ranged_buffers` (`READ_AHEAD`
         sub-reads in flight), each sub-read straight into its slice of it (no second copy)."""
         buffer = pa.allocate_buffer(wanted)
-        total = sum(self._ranged(inner, wanted, READ_AHEAD, into=memoryview(buffer).cast("B")))
+        total = self._read_ranges_into(inner, memoryview(buffer).cast("B"))
         return buffer if total == wanted else buffer.slice(0, total)
 
     def _read_ranges_to_bytes(self, inner: Any, wanted: int) -> bytes:
         """`_read_ranges` into a new ``bytes`` object; cut to what was read (a copy) only when
         the file ended early. A failed read leaves the position where it was."""
-        start = self._pos
         assert _FRESH_BYTES is not None  # checked by the caller
         data, view = _FRESH_BYTES(wanted)
         try:
-            total = sum(self._ranged(inner, wanted, READ_AHEAD, into=view))
-        except BaseException:
-            self._pos = start
-            raise
+            total = self._read_ranges_into(inner, view)
         finally:
             view.release()
         return data if total == wanted else data[:total]
+
+    def _read_ranges_into(self, inner: Any, view: memoryview) -> int:
+        """``view``'s length from the position straight into ``view``, as `ranged_buffers`
+        (`READ_AHEAD` sub-reads in flight); the bytes read, fewer only at the end of the file.
+        A failed read leaves the position where it was."""
+        start = self._pos
+        try:
+            return sum(self._ranged(inner, len(view), READ_AHEAD, into=view))
+        except BaseException:
+            self._pos = start
+            raise
 
     def ranged_buffers(self, window: int | Callable[[], int]) -> Iterator[Any]:
         """The rest of the file as Buffers of at most `SUB_READ`, in order, each handed out as

@@ -35,7 +35,7 @@ import io
 import os
 from collections.abc import Generator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -182,17 +182,14 @@ class RetryingStorageReader(FileSystemReader):  # type: ignore[misc]  # untyped 
                           f"were stored at offset {sinfo.offset}")
         if isinstance(file, pa.BufferReader):  # read whole already
             return super()._slice_file(file, sinfo)  # type: ignore[no-any-return]
-        source = getattr(file, "source", None)  # retryfs's resumable reader
-        if source is not None:  # the item into one Buffer (read_at: into it, then to bytes)
-            source.seek(sinfo.offset)
-            data = source.read_buffer(sinfo.length)
-        else:
-            data = file.read_at(sinfo.length, sinfo.offset)
-        size = data.size if isinstance(data, pa.Buffer) else len(data)
-        if size != sinfo.length:  # cut short while it was read
-            raise OSError(f"{sinfo.relative_path}: {size} bytes at offset "
+        # the item into one Buffer through the resumable reader of the handler's InputFile
+        # (its read_at would make bytes of that Buffer); bytes from a non-native inner file
+        file.source.seek(sinfo.offset)
+        data = file.source.read_buffer(sinfo.length)
+        if len(data) != sinfo.length:  # cut short while it was read
+            raise OSError(f"{sinfo.relative_path}: {len(data)} bytes at offset "
                           f"{sinfo.offset}, {sinfo.length} stored")
-        return pa.BufferReader(data) if isinstance(data, pa.Buffer) else io.BytesIO(data)
+        return cast("IO[bytes]", pa.BufferReader(data))
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
