@@ -201,6 +201,9 @@ def test_a_large_read_that_gives_up_leaves_the_position_where_it_was(
         with pytest.raises(OSError):
             f.readinto(bytearray(size))
         assert f.tell() == 10
+        # the bytes between the kept block and the end, one read tried max_attempts times
+        assert len(s3_fault_endpoint.injected) == RETRY["max_attempts"]
+        assert fs.stats.snapshot()["by_operation"]["read"]["retries"] == RETRY["max_attempts"] - 1
         s3_fault_endpoint.clear_faults()
         buffer = bytearray(size)
         assert f.readinto(buffer) == size - 10 and bytes(buffer[:size - 10]) == data[10:]
