@@ -15,7 +15,7 @@ import io
 import platform
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, Protocol, cast
 
@@ -690,27 +690,45 @@ class ResumableInputFile(io.RawIOBase):
         file. Yields each sub-read's Buffer, or with ``into`` (``wanted`` bytes long) reads
         each into its slice of it and yields the bytes it read. The position moves past each
         piece handed out. A failure is raised once the sub-reads in flight are done, and so is
-        the end of the iteration: no read outlives it on a file its caller may close."""
+        the end of the iteration: no read outlives it on a file its caller may close.
+
+        Buffers are held until handed out, so at most ``window`` sub-reads are read ahead of
+        the caller, done or not (the memory bound). With ``into`` a finished sub-read holds
+        nothing (its bytes are in the caller's view): only the unfinished ones count against
+        ``window``: a sub-read that waits to be retried does not hold up the ones after it (held
+        in order, one 503 would stall the window behind it for its wait and its retry). Once
+        a sub-read has failed for good, none is started."""
         start, end = self._pos, self._pos + wanted
         offsets = iter(range(start, end, SUB_READ))
         pending: collections.deque[tuple[int, Future[Any]]] = collections.deque()
         in_flight = window if callable(window) else functools.partial(int, window)
+
+        def launch(offset: int) -> None:
+            size = min(SUB_READ, end - offset)
+            read = _RangedRead(inner, self._reopen)
+            task = (functools.partial(read, offset, size) if into is None else
+                    functools.partial(read.into, offset,
+                                      into[offset - start:offset - start + size]))
+            pending.append((size, in_background(functools.partial(
+                self._retrier.call, "read", self.path, task))))
+
         try:
             while True:
-                while len(pending) < max(1, in_flight()):
-                    offset = next(offsets, None)
-                    if offset is None:
-                        break
-                    size = min(SUB_READ, end - offset)
-                    read = _RangedRead(inner, self._reopen)
-                    task = (functools.partial(read, offset, size) if into is None else
-                            functools.partial(read.into, offset,
-                                              into[offset - start:offset - start + size]))
-                    pending.append((size, in_background(functools.partial(
-                        self._retrier.call, "read", self.path, task))))
+                unfinished = [future for _, future in pending if not future.done()]
+                held = len(pending) if into is None else len(unfinished)
+                failed = any(f.done() and f.exception() for _, f in pending)  # start no more
+                while (not failed and held < max(1, in_flight())
+                       and (offset := next(offsets, None)) is not None):
+                    launch(offset)
+                    held += 1
+                    unfinished.append(pending[-1][1])
                 if not pending:
                     return
-                size, future = pending.popleft()
+                size, future = pending[0]
+                if not future.done():
+                    futures_wait(unfinished, return_when=FIRST_COMPLETED)
+                    continue
+                pending.popleft()
                 piece = future.result()
                 got = piece if isinstance(piece, int) else piece.size
                 self._pos += got

@@ -176,6 +176,29 @@ def test_one_large_read_of_a_stream_keeps_its_sub_reads_in_flight(s3_fault_endpo
     assert len(ep.requests(op="HeadObject")) == 1
 
 
+@pytest.mark.parametrize("method", ["read", "read_buffer", "readinto"])
+def test_a_sub_read_that_waits_does_not_hold_up_the_ones_after_it(s3_fault_endpoint, stored,
+                                                                 small_sub_reads, method):
+    """A large read into memory keeps `READ_AHEAD` sub-reads unfinished, not `READ_AHEAD`
+    sub-reads ahead of the one it waits for: while the first of 8 is answered 2 s late (a
+    slow or retried request), the other 7 are answered. Held in order, the first would be
+    answered fourth, the last four waiting for it."""
+    ep = s3_fault_endpoint
+    fs = RetryingFileSystem(ep.pyarrow_fs(), POLICY, budget=False)
+    late = ep.add_fault(S3Fault.delay(2.0, op="GetObject", when=_ranged_from(0), times=1))
+    with fs.open_input_file(stored) as f:
+        if method == "readinto":
+            target = bytearray(len(OBJECT))
+            assert f.readinto(target) == len(OBJECT)
+            data = bytes(target)
+        else:
+            data = bytes(getattr(f, method)(len(OBJECT)))
+    assert _sha(data) == _sha(OBJECT) and ep.fired(late) == 1
+    ranges = [r.headers.get("range", "") for r in ep.requests(op="GetObject")]
+    assert len(ranges) == len(OBJECT) // SUB  # each sub-read asked once
+    assert ranges[-1] == f"bytes=0-{SUB - 1}", ranges
+
+
 @pytest.mark.parametrize("face", ["pyarrow", "fsspec"])  # ranged sub-reads; sequential ones
 def test_a_large_read_that_gives_up_leaves_the_position_where_it_was(s3_fault_endpoint, stored,
                                                                      small_sub_reads, face):
