@@ -30,9 +30,12 @@ The 200 MiB state_dict runs on `S3FaultEndpoint` (moto on loopback, which also i
 faults) in a process of its own (`benchmarks.remote_endpoint`: in the client's process, moto's
 Python would hold the GIL the Python clients need and the CRT does not); the 1 GiB one on
 SeaweedFS, fault-free (``--quick``: 32 MiB on moto only). Every round
-loads what it saved and compares every tensor (``torch.equal``): "intact" counts the rounds
+loads what it saved and compares every tensor (``torch.equal``), each save and load timed after
+an ``os.sync()`` (a 1 GiB save leaves about 0.6 s of the server's writes to the disk; a load
+right after one took up to twice its time). "Intact" counts the rounds
 whose save and load both succeeded with equal tensors. Times are medians of the rounds with
-their spread, and their ratio to s3torchconnector's in the same round.
+their spread, and each median's ratio to s3torchconnector's. The contenders' order turns by one
+each round.
 
 Usage: python -m benchmarks.bench_torch [--quick]
 """
@@ -285,10 +288,12 @@ def measure(store: Store, bucket: str, mib: int, rate: float, rounds: int
             path = f"{bucket}/{contender.name.replace(' ', '-')}/r{round_no}/model.pt"
             entry["rounds"] += 1
             try:
+                os.sync()  # the last save's writeback (the server's files) out of this time
                 with _faults(store, rate, seed=1000 * round_no + 1):
                     start = time.perf_counter()
                     contender.save(state, path)
                     saved = time.perf_counter() - start
+                os.sync()
                 with _faults(store, rate, seed=1000 * round_no + 2):
                     start = time.perf_counter()
                     loaded = contender.load(path)
