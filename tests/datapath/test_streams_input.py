@@ -17,12 +17,15 @@ import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import fsspec
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 from _helpers import FAST
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from retryfs.core.classify import ErrorClassifier
 from retryfs.core.engine import Retrier
@@ -261,6 +264,43 @@ def test_a_permanent_error_in_a_large_read_starts_no_further_sub_reads(faulty, s
         f.read()
     assert faulty.calls["read"] == streams.READ_AHEAD  # those in flight; then none
     assert f.tell() == 0 and engine.seen() == []
+
+
+@pytest.fixture(scope="module")
+def stored_once(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("once") / "data.bin"
+    path.write_bytes(DATA)
+    return str(path)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # SUB_READ, constant
+@given(start=st.integers(0, len(DATA) - SUB - 1), length=st.integers(SUB + 1, len(DATA) + SUB),
+       method=st.sampled_from(["read", "read_buffer", "readinto"]), ahead=st.integers(1, 5),
+       data=st.data())
+def test_transient_faults_in_any_sub_reads_cost_one_read_each(stored_once, start, length,
+                                                              method, ahead, data):
+    """Whichever reads of one large read fail once (up to 4, a sub-read's retry included), in
+    whatever order the threads ask them, with any number in flight: the bytes are the file's,
+    the position moves past them, and each fault costs one read more, retried."""
+    wanted = min(length, len(DATA) - start)
+    needed = -(-wanted // SUB)
+    skips = data.draw(st.sets(st.integers(0, needed - 1), max_size=4), label="failing reads")
+    engine, faulty = Engine(attempts=6), FaultyFileSystem(pafs.LocalFileSystem())
+    faults = [faulty.inject("read", errors.reset(), skip=skip, times=1) for skip in skips]
+    f, _ = resumable(lambda: faulty.open_input_file(stored_once), stored_once, engine,
+                     seekable=True)
+    f.seek(start)
+    with mock.patch.object(streams, "READ_AHEAD", ahead):
+        if method == "readinto":
+            target = bytearray(length)
+            got = bytes(target[:f.readinto(target)])
+        else:
+            got = bytes(getattr(f, method)(length))
+    assert got == DATA[start:start + wanted] and f.tell() == start + wanted
+    assert sum(faulty.injected.values()) == len(faults)  # every one fired
+    assert faulty.calls["read"] == needed + len(faults)
+    assert len(engine.seen()) == len(faults)
+    f.close()
 
 
 def test_a_file_that_shrank_after_its_open_yields_only_the_bytes_there(stored):
