@@ -6,7 +6,7 @@ Contenders, each with its own retries as shipped:
 - ``s3torchconnector``: AWS's CRT-based connector, ``S3Checkpoint`` writer and reader (the peer);
 - ``s3torchconnector DCP``: ``torch.distributed.checkpoint`` through the connector's own
   ``S3StorageWriter``/``S3StorageReader`` (the ``dcp`` extra): what DCP itself costs on the
-  peer's client, the row to read the DCP rows beside;
+  peer's client, the row to read the DCP rows beside (fault-free only: `FAULT_FREE_ONLY`);
 - ``retryfs stream``: `retryfs.from_uri`, ``torch.save`` into ``open_output_stream``, the load
   one ``open_input_file`` read;
 - ``retryfs write_with``: the same save through ``fs.write_with(path, lambda f: torch.save(...))``
@@ -308,6 +308,12 @@ def _faults(store: Store, rate: float, seed: int) -> Any:
             endpoint.clear_faults()
 
 
+#: Contenders left out of the tables with faults. Under 5 % 503s, s3torchconnector's DCP writer
+#: failed a save inside ``torch.save`` ("unexpected pos 704 vs 598") and then aborted the whole
+#: process: a Rust panic in its ``PutObjectStream.close`` on a thread without the interpreter.
+FAULT_FREE_ONLY = frozenset({"s3torchconnector DCP"})
+
+
 def measure(store: Store, bucket: str, mib: int, rate: float, rounds: int
             ) -> dict[str, dict[str, list[float] | int]]:
     """Per contender: save and load times of the rounds that stayed intact, and the count."""
@@ -315,7 +321,8 @@ def measure(store: Store, bucket: str, mib: int, rate: float, rounds: int
     _shapes.clear()
     _shapes.update(state)
     results: dict[str, dict[str, Any]] = {}
-    found = contenders(store)
+    found = [contender for contender in contenders(store)
+             if not rate or contender.name not in FAULT_FREE_ONLY]
     for round_no in range(rounds):
         shift = round_no % len(found)
         for contender in found[shift:] + found[:shift]:
