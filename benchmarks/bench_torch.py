@@ -4,9 +4,6 @@ user checkpoints with, fault-free and with a seeded 5 % of requests answered 503
 Contenders, each with its own retries as shipped:
 
 - ``s3torchconnector``: AWS's CRT-based connector, ``S3Checkpoint`` writer and reader (the peer);
-- ``s3torchconnector DCP``: ``torch.distributed.checkpoint`` through the connector's own
-  ``S3StorageWriter``/``S3StorageReader`` (the ``dcp`` extra): what DCP itself costs on the
-  peer's client, the row to read the DCP rows beside (fault-free only: `FAULT_FREE_ONLY`);
 - ``retryfs stream``: `retryfs.from_uri`, ``torch.save`` into ``open_output_stream``, the load
   one ``open_input_file`` read;
 - ``retryfs write_with``: the same save through ``fs.write_with(path, lambda f: torch.save(...))``
@@ -142,7 +139,6 @@ def contenders(store: Store) -> list[Contender]:
             return loaded
 
         found.append(Contender("s3torchconnector", crt_save, crt_load))
-        found.append(_crt_dcp(store))
     except ImportError:  # the bench extra installs it
         pass
 
@@ -242,35 +238,6 @@ def contenders(store: Store) -> list[Contender]:
     return found
 
 
-def _crt_dcp(store: Store) -> Contender:
-    """DCP through s3torchconnector's own `S3StorageWriter` and `S3StorageReader`: what DCP
-    itself costs on the peer's client. They take no endpoint: each one's client is replaced by
-    one made as `S3Checkpoint` makes its own (the endpoint, path-style addressing)."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from s3torchconnector import S3ClientConfig
-    from s3torchconnector._s3client import S3Client
-    from s3torchconnector.dcp import S3StorageReader, S3StorageWriter
-
-    config = S3ClientConfig(force_path_style=True)
-
-    def aimed(storage: Any) -> Any:
-        storage.fs._client = S3Client(region=REGION, endpoint=store.url, s3client_config=config)
-        return storage
-
-    def save(state: dict[str, Any], path: str) -> None:
-        dcp.save(state, storage_writer=aimed(S3StorageWriter(REGION, f"s3://{path}",
-                                                             s3client_config=config)))
-
-    def load(path: str) -> dict[str, Any]:
-        target = {name: torch.empty(tensor.numel()) for name, tensor in _shapes.items()}
-        dcp.load(target, storage_reader=aimed(S3StorageReader(REGION, f"s3://{path}",
-                                                              s3client_config=config)))
-        return target
-
-    return Contender("s3torchconnector DCP", save, load)
-
-
 def _without_checksums(save: Callable[[dict[str, Any], str], None]
                        ) -> Callable[[dict[str, Any], str], None]:
     """``save`` with the AWS SDK's request checksums off (`request_checksums_off`)."""
@@ -308,12 +275,6 @@ def _faults(store: Store, rate: float, seed: int) -> Any:
             endpoint.clear_faults()
 
 
-#: Contenders left out of the tables with faults. Under 5 % 503s, s3torchconnector's DCP writer
-#: failed a save inside ``torch.save`` ("unexpected pos 704 vs 598") and then aborted the whole
-#: process: a Rust panic in its ``PutObjectStream.close`` on a thread without the interpreter.
-FAULT_FREE_ONLY = frozenset({"s3torchconnector DCP"})
-
-
 def measure(store: Store, bucket: str, mib: int, rate: float, rounds: int
             ) -> dict[str, dict[str, list[float] | int]]:
     """Per contender: save and load times of the rounds that stayed intact, and the count."""
@@ -321,8 +282,7 @@ def measure(store: Store, bucket: str, mib: int, rate: float, rounds: int
     _shapes.clear()
     _shapes.update(state)
     results: dict[str, dict[str, Any]] = {}
-    found = [contender for contender in contenders(store)
-             if not rate or contender.name not in FAULT_FREE_ONLY]
+    found = contenders(store)
     for round_no in range(rounds):
         shift = round_no % len(found)
         for contender in found[shift:] + found[:shift]:
