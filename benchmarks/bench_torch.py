@@ -286,8 +286,8 @@ def measure(store: Store, bucket: str, mib: int, rate: float, rounds: int
     for round_no in range(rounds):
         shift = round_no % len(found)
         for contender in found[shift:] + found[:shift]:
-            entry = results.setdefault(contender.name, {"save": [], "load": [], "intact": 0,
-                                                        "rounds": 0})
+            entry = results.setdefault(contender.name, {"save": [], "load": [], "again": [],
+                                                        "intact": 0, "rounds": 0})
             path = f"{bucket}/{contender.name.replace(' ', '-')}/r{round_no}/model.pt"
             entry["rounds"] += 1
             try:
@@ -312,7 +312,7 @@ def measure(store: Store, bucket: str, mib: int, rate: float, rounds: int
                 entry["intact"] += 1
                 entry["save"].append(saved)
                 entry["load"].append(loads[0])
-                entry.setdefault("again", []).append(loads[1])
+                entry["again"].append(loads[1])
     return results
 
 
