@@ -66,8 +66,10 @@ from retryfs.datapath.download import (
 )
 from retryfs.datapath.iopool import (
     ONE_PART,
+    LazyUploadStream,
     PoolSafeOutputStream,
     holds_unsent_parts,
+    opens_lazily,
     writes_in_background,
 )
 from retryfs.datapath.placeholders import EmptyAtOpen, creates_empty_at_open
@@ -518,7 +520,8 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
         """A `ReplayableOutputStream` at ``path`` (``spool_memory=None``: one attempt of each
         call, no spool; see its ``in_flight``)."""
         empty = self.empty_at_open(path)
-        open_output = self._open_output if empty is None else empty.attempts(self._open_output)
+        open_output = (self.open_attempt_output if empty is None
+                       else empty.attempts(self.open_attempt_output))
 
         def reopen() -> Any:
             stream = self._call("open_output_stream", path, open_output, path, metadata)
@@ -545,7 +548,10 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
                           compression=None, metadata=metadata)
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _open_output(self, path: str, metadata: Any) -> Any:
+    def open_attempt_output(self, path: str, metadata: Any = None) -> Any:
+        """The stream one attempt of a write into ``path`` writes into (not retried: the
+        replayable stream above it opens one per attempt): the write client's, its parts
+        re-sent by its own SDK attempts (``client_write_attempts``)."""
         if not isinstance(self.original, pafs.FileSystem):
             # An fsspec filesystem's own file, not the pyarrow.PythonFile that FSSpecHandler
             # wraps it in: only the raw file has discard() (s3fs aborts the multipart upload).
@@ -554,6 +560,8 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             return retry_parts_in_place(self.original.open(path, mode="wb"), self.retrier, path,
                                         self._per_attempt)
         stream = self.writer.open_output_stream(path, compression=None, metadata=metadata)
+        if opens_lazily(self.writer):  # a broken one is never closed
+            return LazyUploadStream(stream, bounded=holds_unsent_parts(self.writer))
         # Its close waits for part uploads on Arrow's IO pool, which copy_files may have filled
         # with closes like this one (apache/arrow#15233): lend the pool a thread meanwhile.
         if not self._background_writes:

@@ -27,6 +27,7 @@ Azure's: its flush commits the block list (the prefix would become the object).
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,8 +38,9 @@ import pyarrow.fs as pafs
 
 from retryfs.core.locations import subtree_base
 
-__all__ = ["ONE_PART", "PART_SLICE", "SLICED_MAX", "UNSENT_MAX", "PoolSafeOutputStream",
-           "holds_unsent_parts", "lend_io_thread", "write_bounded", "writes_in_background"]
+__all__ = ["ONE_PART", "PART_SLICE", "SLICED_MAX", "UNSENT_MAX", "LazyUploadStream",
+           "PoolSafeOutputStream", "holds_unsent_parts", "keep_unclosed", "lend_io_thread",
+           "opens_lazily", "write_bounded", "writes_in_background"]
 
 T = TypeVar("T")
 
@@ -144,3 +146,33 @@ class PoolSafeOutputStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+def opens_lazily(fs: Any) -> bool:
+    """Whether ``fs`` is pyarrow's S3 client with ``allow_delayed_open``: its output streams
+    start their upload with their first part, and one whose CreateMultipartUpload failed
+    stores an empty object when it is closed (pyarrow 26, measured), over the object there.
+    A broken stream of such a client is never closed (`LazyUploadStream`)."""
+    base = subtree_base(fs)
+    if not isinstance(base, pafs.S3FileSystem):
+        return False
+    _, (options,) = base.__reduce__()
+    return bool(options.get("allow_delayed_open"))
+
+
+def keep_unclosed(stream: Any) -> None:
+    """Keep ``stream`` alive, unclosed, for the rest of the process: a reference never given
+    back (pyarrow's native streams close from their destructor, and the close commits)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(stream))
+
+
+class LazyUploadStream(PoolSafeOutputStream):
+    """An output stream of a client that opens its uploads lazily (`opens_lazily`):
+    ``discard`` (how retryfs drops a broken stream) keeps it unclosed (`keep_unclosed`)
+    instead of closing it, which would store an empty object if its upload never started."""
+
+    __slots__ = ()
+
+    def discard(self) -> None:
+        keep_unclosed(self._inner)
+

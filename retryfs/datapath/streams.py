@@ -29,6 +29,7 @@ from retryfs.core.timeouts import AttemptSignal, in_background, run_with_timeout
 from retryfs.errors import CommitNotVisibleError, InnerFileClosedError
 
 from .commits import report_commit, watching
+from .iopool import keep_unclosed
 from .spool import REPLAY_CHUNK, replay_spool
 
 __all__ = ["ReplayableOutputStream", "ResumableInputFile", "DEFAULT_SPOOL_MEMORY", "SUB_READ",
@@ -96,7 +97,7 @@ def abandon_stream(stream: Any) -> None:
     if hasattr(stream, "discard"):
         discard(stream)
     else:  # a reference never given back: not even the interpreter's exit destroys it
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(stream))
+        keep_unclosed(stream)
 
 #: ``(operation, bytes in flight) -> seconds``: the per-attempt timeout of a write, flush or
 #: close (``None``: the attempt runs on the caller's thread, unbounded).

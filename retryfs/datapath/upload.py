@@ -59,7 +59,7 @@ from retryfs.core.watchdog import watch
 from retryfs.errors import CommitInFlightError, CommitNotVisibleError
 
 from .commits import FailedCommits, report_commit, watching
-from .iopool import holds_unsent_parts, write_bounded
+from .iopool import holds_unsent_parts, opens_lazily, write_bounded
 from .placeholders import EmptyAtOpen
 from .small_files import PlannedFile, SmallFileBatch, split_local
 from .streams import SUB_READ, abandon_stream, discard
@@ -660,7 +660,8 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
             empty.opened()
         return _pump(reader, writer, buffer_size, abandoned,
                      drop=discard if beside else abandon_stream, listed=listed,
-                     digest=digest, grown=grown, bounded=holds_unsent_parts(fs))
+                     digest=digest, grown=grown, bounded=holds_unsent_parts(fs),
+                     broken=abandon_stream if opens_lazily(fs) else discard)
     except BaseException:
         if empty is not None:
             empty.remove()
@@ -670,7 +671,8 @@ def pump_into(fs: pafs.FileSystem, target: str, reader: Any, buffer_size: int,
 def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
           abandoned: AttemptSignal, drop: Callable[[Any], None] = abandon_stream,
           listed: int | None = None, digest: WriteDigest | None = None,
-          grown: Callable[[], None] | None = None, bounded: bool = False) -> int:
+          grown: Callable[[], None] | None = None, bounded: bool = False,
+          broken: Callable[[Any], None] = discard) -> int:
     """Bytes from ``reader`` into ``writer``, then the commit (its close).
 
     Only a whole copy is committed. When the *source* fails (or the attempt was abandoned),
@@ -678,8 +680,9 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
     file (and a copy onto itself would then re-read that prefix as its source): it is dropped
     unclosed instead (``drop``, :func:`retryfs.datapath.streams.abandon_stream`; an S3 multipart upload
     stays incomplete; a temporary file beside its destination is closed, then removed). When
-    the *writer* failed, it is closed: a native stream whose write failed
-    does not commit. Each read is a fresh Arrow buffer handed on without a copy: a native S3
+    the *writer* failed, it is closed (``broken``): a native stream whose write failed
+    does not commit, except a lazily opened S3 one whose upload never started
+    (`retryfs.datapath.iopool.opens_lazily`: kept unclosed instead). Each read is a fresh Arrow buffer handed on without a copy: a native S3
     stream may keep it for a background part upload, so a buffer is never reused.
 
     ``buffer_size`` is the file's size in the listing (``listed``) when smaller than the
@@ -710,7 +713,7 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
             else:
                 writer.write(buffer)
         except BaseException:
-            discard(writer)
+            broken(writer)
             raise
         size += buffer.size
         if digest is not None and digest.update(buffer) and grown is not None:
