@@ -130,8 +130,8 @@ class WrapperConfig:
       that the SDK re-sends a failed part alone), ``one_part_client`` (``"arrow"``,
       ``"obstore"`` or ``"auto"``: the client that carries the small files of a
       ``copy_files`` to and from pyarrow's S3, see `retryfs.arrow.obstore_small`),
-      ``file_client`` (``"fsspec"``, ``"arrow"`` or ``"auto"``: what reads the files the fsspec
-      face opens on s3fs, see `retryfs.fsspec.native`).
+      ``file_client`` (``"fsspec"``, ``"arrow"`` or ``"auto"``: what reads and writes the files
+      the fsspec face opens on s3fs, see `retryfs.fsspec.native`).
     - ``write_timeout`` (seconds, or None: writes untimed) and ``min_throughput`` (bytes/s):
       each write, flush or commit attempt of an output stream may take ``write_timeout`` plus
       its bytes in flight at ``min_throughput`` (both faces; the async face's writers are not
@@ -649,8 +649,9 @@ def _build_parameters() -> dict[str, Parameter]:
         "the client's settings carry over)")
     params["file_client"] = Parameter(
         "file_client", _file_client, "auto (retry:: URLs), fsspec", "fsspec",
-        "what reads the files the fsspec face opens on s3fs: `arrow` (pyarrow's S3 client with "
-        "s3fs's settings, its reads 4 ranged GETs in flight), `fsspec` (s3fs's own files), "
+        "what reads and writes the files the fsspec face opens on s3fs: `arrow` (pyarrow's S3 "
+        "client with s3fs's settings: reads 4 ranged GETs in flight, writes parts in parallel, "
+        "a failed part re-sent by the client), `fsspec` (s3fs's own files), "
         "`auto` (arrow when s3fs's settings carry over: a key and secret or anon, an endpoint "
         "or a region)")
     params["retryable_messages"] = Parameter(

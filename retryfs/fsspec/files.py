@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Protocol, cast
 
 import pyarrow as pa
@@ -24,11 +26,12 @@ from retryfs.datapath.streams import (
     AttemptTimeout,
     ReplayableOutputStream,
     ResumableInputFile,
+    abandon_stream,
     discard,
 )
 
-__all__ = ["AsyncRetryReadFile", "AsyncTimedWriteFile", "InnerFile", "RetryReadFile",
-           "RetryWriteFile", "defuse_half_open"]
+__all__ = ["AsyncRetryReadFile", "AsyncTimedWriteFile", "InnerFile", "PartsInBackground",
+           "RetryReadFile", "RetryWriteFile", "defuse_half_open"]
 
 #: On pyarrow's file (``file_client``), a read of at most this many bytes is served from
 #: blocks of `SMALL_BLOCK` kept in memory, as fsspec's files serve them from their cache:
@@ -80,6 +83,63 @@ class InnerFile:
 
     def discard(self) -> None:
         discard(self.file)
+
+
+class PartsInBackground:
+    """A pyarrow S3 output stream as the inner stream of an fsspec file (``file_client``):
+    ``flush`` asks nothing of it.
+
+    pyarrow's ``flush`` waits until every part queued is uploaded; s3fs's (``force=False``, what
+    ``flush()`` is) sends a full block and goes on. On an object store nothing written shows
+    before the commit either way. torch DCP's ``FsspecWriter`` flushes after every item: on
+    pyarrow's stream each item then waited for its parts before the next was serialised. What
+    the stream holds unsent stays bounded: it is flushed every `UNSENT_MAX` bytes written
+    (`retryfs.datapath.iopool`).
+
+    A stream given up (a replay, a ``with`` block that raised) is never closed: it is kept
+    unclosed (`abandon_stream`). The write client opens its uploads lazily, and such a stream
+    whose upload never started stores an empty object at its close
+    (`retryfs.datapath.iopool.opens_lazily`)."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, data: Any) -> Any:
+        with fsspec_errors():
+            return self.stream.write(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> Any:
+        with fsspec_errors():
+            return self.stream.close()
+
+    def discard(self) -> None:
+        abandon_stream(self.stream)
+
+
+#: pyarrow's S3 errors that s3fs raises as Python's own: (the AWS error, the class, its errno).
+_AS_FSSPEC = (("AWS Error NO_SUCH_BUCKET", FileNotFoundError, errno.ENOENT),
+              ("AWS Error NO_SUCH_KEY", FileNotFoundError, errno.ENOENT),
+              ("AWS Error ACCESS_DENIED", PermissionError, errno.EACCES))
+
+
+@contextmanager
+def fsspec_errors() -> Iterator[None]:
+    """pyarrow's ``OSError`` for a missing bucket or a refused request raised as s3fs raises
+    it (``FileNotFoundError``, ``PermissionError``), the message kept: a file of the fsspec
+    face raises the same classes whichever client writes it."""
+    try:
+        yield
+    except OSError as error:
+        if type(error) is OSError:
+            for marker, kind, code in _AS_FSSPEC:
+                if marker in str(error):
+                    raise kind(code, str(error)) from error
+        raise
 
 
 def defuse_half_open(error: BaseException) -> None:
@@ -344,21 +404,35 @@ class RetryWriteFile(ReplayableOutputStream):
     `ReplayableOutputStream`). Quacks like an fsspec file: ``path``, ``fs``, ``mode``, ``loc``,
     ``commit()``/``discard()`` (transactions), context manager."""
 
-    def __init__(self, fs: _Face, path: str, mode: str, inner: InnerFile,
-                 reopen: Callable[[], InnerFile], retrier: Retrier, *,
+    def __init__(self, fs: _Face, path: str, mode: str, inner: Any,
+                 reopen: Callable[[], Any], retrier: Retrier, *,
                  verify: Callable[..., Verdict] | None, spool_memory: int,
                  autocommit: bool, attempt_timeout: AttemptTimeout | None = None,
-                 state_of: Callable[[str], Any] | None = None) -> None:
+                 state_of: Callable[[str], Any] | None = None,
+                 after_close: Callable[[], None] | None = None) -> None:
+        """``inner``: an `InnerFile` (an fsspec file), or a pyarrow stream (``file_client``),
+        which ``reopen`` gives again for each attempt; ``after_close`` runs once the file is
+        closed, committed or not (the fsspec listings cache forgets the path)."""
         super().__init__(path, inner, reopen, retrier, verify=verify, spool_memory=spool_memory,
                          attempt_timeout=attempt_timeout, state_of=state_of)
         self.fs = fs
         self.mode = mode
         self.autocommit = autocommit
         self._last_inner = inner
+        self._after_close = after_close
 
     @property
     def loc(self) -> int:
         return self.tell()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            super().close()
+        finally:
+            if self._after_close is not None:
+                self._after_close()
 
     def commit(self) -> None:
         """Commit a file written inside a transaction (``autocommit=False``)."""
@@ -371,9 +445,9 @@ class RetryWriteFile(ReplayableOutputStream):
             self._failed = True  # close() now discards instead of committing
             self.close()
         else:
-            inner = self._last_inner
-            if hasattr(inner.file, "discard"):
-                inner.file.discard()
+            discard_file = getattr(getattr(self._last_inner, "file", None), "discard", None)
+            if discard_file is not None:
+                discard_file()
 
     def __reduce__(self) -> tuple[Any, ...]:
         raise RuntimeError("Pickling a writeable file is not supported")

@@ -22,7 +22,9 @@ and continues at the same offset); ``"wb"``/``"xb"`` a file that keeps what was 
 bounded replay spool and, when a write, flush or close (the upload) fails, discards the broken
 upload, opens a fresh one and replays into it: an fsspec buffered file whose upload failed at
 close cannot be closed again, a fresh one can. After the commit the object's size is checked
-(``verify_writes``). Appends (``"ab"``) and read-write modes: only the open is retried.
+(``verify_writes``). Appends (``"ab"``) and read-write modes: only the open is retried. On
+s3fs, files opened ``"rb"`` and ``"wb"`` go through pyarrow's S3 client where s3fs's settings
+carry over (``file_client``, `retryfs.fsspec.native`).
 
 When the wrapped filesystem is async (s3fs, gcsfs, adlfs), the wrapper is an
 ``AsyncFileSystem`` too (class `AsyncRetryFileSystem`, chosen automatically): its coroutines
@@ -43,12 +45,13 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
+import pyarrow.fs as pafs
 from fsspec.asyn import AsyncFileSystem, async_gen_wrapper, sync_wrapper
 from fsspec.implementations.arrow import ArrowFSWrapper
 from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.spec import AbstractFileSystem
 
-from retryfs.arrow.filesystem import RetryingFileSystem, ensure_copy_files_guard
+from retryfs.arrow.filesystem import RetryingFileSystem, RetryingHandler, ensure_copy_files_guard
 from retryfs.clients import with_client_attempts
 from retryfs.config import (
     CODE_ONLY,
@@ -90,6 +93,7 @@ from .files import (
     AsyncRetryReadFile,
     AsyncTimedWriteFile,
     InnerFile,
+    PartsInBackground,
     RetryReadFile,
     RetryWriteFile,
     defuse_half_open,
@@ -322,6 +326,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
                 self.fs = with_client_attempts(inner, config.client_attempts)
                 s3fs_one_try.spare(self.fs)
         self._arrow_files = self._file_client(config)
+        self._arrow_writes: RetryingHandler | None = None  # the writes' (_open_arrow_write)
         self._timeouts = config.timeouts_for(FACE_GROUPS)
         budget = cast("RetryBudget | None", config.budget)  # normalized
         bucket = bucket_for(self.fs, budget) if budget is not None else None
@@ -477,6 +482,9 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
 
         if mode == "rb" and self._arrow_files is not None and not kwargs:
             return self._open_arrow_read(path)
+        if (mode == "wb" and autocommit and block_size is None and not kwargs
+                and self._arrow_files is not None):
+            return self._open_arrow_write(path)
         if mode == "rb":
             def reopen_read() -> InnerFile:
                 return InnerFile(self._call("open_input_file", path, opener))
@@ -513,6 +521,30 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
             return self._call("open_input_file", path, reader.open_input_file, path)
 
         return RetryReadFile(self, path, "rb", reopen(), reopen, self.retrier)
+
+    def _open_arrow_write(self, path: str) -> RetryWriteFile:
+        """``path`` opened for writing through pyarrow's client (``file_client``): each attempt
+        a stream of the pyarrow face's write client (parts in parallel, a failed part re-sent
+        by its own SDK attempts), replayed from the spool into a fresh one when it fails."""
+        if self._arrow_writes is None:  # built on first use (a race builds two, both alike)
+            # opened lazily, as s3fs's files are: a file closed within one part is one
+            # PutObject (DCP's metadata, a logger's events), not three requests
+            _, (options,) = self._arrow_files.__reduce__()
+            lazy = pafs.S3FileSystem(**dict(options, allow_delayed_open=True))
+            self._arrow_writes = RetryingHandler(lazy, config=self.retry_config)
+        handler = self._arrow_writes
+
+        def reopen() -> PartsInBackground:
+            return PartsInBackground(
+                self._call("open_output_stream", path, handler.open_attempt_output, path))
+
+        first = reopen()
+        return RetryWriteFile(
+            self, path, "wb", first, reopen, self.retrier,
+            verify=self._landed if self.verify_writes else None,
+            spool_memory=self.spool_memory, autocommit=True,
+            attempt_timeout=self._write_attempt_timeout,
+            state_of=self._state, after_close=lambda: self.fs.invalidate_cache(path))
 
     def _write_attempt_timeout(self, operation: str, in_flight: int) -> float | None:
         """As on the pyarrow face: each write/flush/close attempt may take ``write_timeout``

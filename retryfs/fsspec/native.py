@@ -1,4 +1,4 @@
-"""pyarrow's S3 client beside s3fs, for the bytes of the files the fsspec face reads
+"""pyarrow's S3 client beside s3fs, for the bytes of the files the fsspec face opens
 (``file_client``).
 
 s3fs runs every request on one event-loop thread, in Python: a 200 MiB object read as 8 MiB
@@ -6,8 +6,9 @@ ranges took 0.55 s one at a time and 0.47 s with 4 in flight, where pyarrow's cl
 GIL released) took 0.33 s with 4 in flight. `arrow_twin` builds pyarrow's ``S3FileSystem`` from
 an s3fs instance's settings when every one of them carries over exactly (keys, endpoint,
 region, timeouts, addressing style); otherwise it says which setting does not, and s3fs keeps
-the files. Listings, metadata, copies, deletes and writes stay on s3fs: only ``open(path, "rb")``
-reads through the twin.
+the files. Listings, metadata, copies, deletes, ``pipe``, ``put`` and appends stay on s3fs:
+``open(path, "rb")`` reads through the twin, ``open(path, "wb")`` writes through it (the
+pyarrow face's streams over it, opened lazily: a small file is one PutObject).
 
 A setting that does not carry over: a credential chain (no ``key``/``secret`` and not
 ``anon``: botocore's chain and the AWS SDK's differ in their sources and refresh), a

@@ -21,6 +21,7 @@ from _helpers import (
 )
 
 from retryfs.testing import S3Fault
+from retryfs.testing.s3 import PYARROW_PART_SIZE
 
 torch = require("torch")
 import torch.distributed.checkpoint as dcp  # noqa: E402
@@ -34,8 +35,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torch_dcp.py"
 
 def _state():
     generator = torch.Generator().manual_seed(0)
-    # 6 MiB: two parts of s3fs's 5 MiB blocks (UploadPart), and a small tensor
-    return {"big": torch.randn(1536, 1024, generator=generator),
+    # 12 MiB: two parts of pyarrow's 10 MiB (UploadPart; the files are written through
+    # pyarrow's client, file_client), and a small tensor
+    return {"big": torch.randn(3072, 1024, generator=generator),
             "small": torch.arange(100, dtype=torch.float32)}
 
 
@@ -60,6 +62,11 @@ def _load(endpoint, url):
     return loaded, Counter(record.op for record in endpoint.requests())
 
 
+def _shard_bytes_sent(endpoint):
+    return sum(record.request_bytes for record in endpoint.requests(path="*.distcp")
+               if record.op in ("UploadPart", "PutObject"))
+
+
 #: The requests that change the store.
 WRITES = frozenset({"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload",
                     "AbortMultipartUpload", "CopyObject", "DeleteObjects", "DeleteObject"})
@@ -69,13 +76,16 @@ SAVE_FAULTS = {
     "put_object_503": (S3Fault.slow_down(op="PutObject", times=2), {}),
     "create_multipart_500": (S3Fault.internal_error(op="CreateMultipartUpload", times=1), {}),
     "upload_part_503": (S3Fault.slow_down(op="UploadPart", times=2), {}),
-    # the commit of a multipart upload is retried in place too (the same upload and parts)
+    # the commit of a multipart upload is retried in place too (the same upload and parts);
+    # pyarrow's client sends it once more after its retry was answered 200 (a plain
+    # pyarrow.fs.S3FileSystem with 3 attempts does the same): no part again
     "complete_multipart_500": (S3Fault.internal_error(op="CompleteMultipartUpload", times=1),
-                               {}),
+                               {"CompleteMultipartUpload": 1}),
     # applied, its answer lost: the retry is answered as the first was (the object is still
     # the upload's; tests/fsspec/test_face.py also has the NoSuchUpload answer)
     "complete_multipart_applied_then_lost": (
-        S3Fault.internal_error(op="CompleteMultipartUpload", times=1, applied=True), {}),
+        S3Fault.internal_error(op="CompleteMultipartUpload", times=1, applied=True),
+        {"CompleteMultipartUpload": 1}),
     # a retried copy first looks at the destination (did the lost attempt land?): one HEAD
     "rename_copy_503": (S3Fault.slow_down(op="CopyObject", times=2), {"HeadObject": 1}),
     "rename_delete_503": (S3Fault.slow_down(op="DeleteObjects", times=2), {}),
@@ -91,9 +101,17 @@ def test_a_dcp_save_on_a_retry_url_costs_its_faults_and_nothing_else(
         name, s3_fault_endpoint, s3_fault_bucket):
     fault, extra = SAVE_FAULTS[name]
     clean = _save(s3_fault_endpoint, f"retry::s3://{s3_fault_bucket}/clean")
+    clean_bytes = _shard_bytes_sent(s3_fault_endpoint)
     s3_fault_endpoint.add_fault(fault)
     url = f"retry::s3://{s3_fault_bucket}/faulted"
     faulted = _save(s3_fault_endpoint, url)
+    # a failed part costs that part again (one of pyarrow's 10 MiB, as the wire carries it),
+    # anything else not one byte
+    resent = _shard_bytes_sent(s3_fault_endpoint) - clean_bytes
+    part = max(r.request_bytes for r in s3_fault_endpoint.requests("UploadPart"))
+    assert PYARROW_PART_SIZE <= part < 1.01 * PYARROW_PART_SIZE
+    assert 0 < resent <= fault.times * part if name == "upload_part_503" else resent == 0, \
+        resent
     (op,) = fault.ops
     fired = len(s3_fault_endpoint.injected)
     assert fired == fault.times

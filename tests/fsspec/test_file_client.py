@@ -1,4 +1,5 @@
-"""``file_client``: the fsspec face reads the files it opens on s3fs through pyarrow's S3 client.
+"""``file_client``: the fsspec face reads and writes the files it opens on s3fs through
+pyarrow's S3 client.
 
 What is checked: which s3fs settings carry over (and the sentence naming the one that does
 not), that a ``retry::s3://`` URL reads through pyarrow by default and a handed s3fs does not
@@ -19,10 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retryfs.fsspec import files as face_files
-from retryfs.fsspec.files import SMALL_BLOCK, RetryReadFile
+from retryfs.fsspec.files import SMALL_BLOCK, InnerFile, PartsInBackground, RetryReadFile
 from retryfs.fsspec.filesystem import RetryFileSystem
 from retryfs.fsspec.native import arrow_twin
 from retryfs.testing import S3Fault
+from retryfs.testing.s3 import PYARROW_PART_SIZE
 
 pytestmark = pytest.mark.usefixtures("clean_retryfs_env")
 
@@ -247,6 +249,169 @@ def test_hostile_names_read_their_own_object(name, s3_fault_endpoint, s3_fault_b
     fs.pipe_file(path, name.encode())
     with fs.open(f"retry::s3://{path}", "rb") as f:
         assert f._native and f.read() == name.encode()
+
+
+# -- what a write costs -------------------------------------------------------------------------
+
+def _writes(endpoint, path="*"):
+    return [(r.op, r.request_bytes) for r in endpoint.requests(path=path)
+            if r.op in ("PutObject", "CreateMultipartUpload", "UploadPart",
+                        "CompleteMultipartUpload", "AbortMultipartUpload")]
+
+
+def test_a_file_written_on_a_retry_url_goes_out_in_pyarrow_s_parts(s3_fault_endpoint,
+                                                                  s3_fault_bucket):
+    """12 MiB: through pyarrow's client two parts (10 MiB and the rest), where s3fs's file
+    would send one PutObject at its close (its block is 50 MiB); a small file one PutObject
+    (the upload is opened lazily), not three requests."""
+    ep = s3_fault_endpoint
+    data = os.urandom(12 * 2**20)
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x", **_options(ep))
+    ep.reset_record()
+    with fs.open(f"{s3_fault_bucket}/big", "wb") as f:
+        assert isinstance(f._last_inner, PartsInBackground)
+        f.write(data)
+    writes = _writes(ep)
+    assert [op for op, _ in writes] == ["CreateMultipartUpload", "UploadPart", "UploadPart",
+                                        "CompleteMultipartUpload"], writes
+    parts = sorted(size for op, size in writes if op == "UploadPart")
+    assert PYARROW_PART_SIZE <= parts[1] < 1.01 * PYARROW_PART_SIZE
+    assert ep.get_object(s3_fault_bucket, "big") == data
+    ep.reset_record()
+    with fs.open(f"{s3_fault_bucket}/small", "wb") as f:
+        f.write(b"metadata")
+    assert [op for op, _ in _writes(ep)] == ["PutObject"]
+    assert ep.get_object(s3_fault_bucket, "small") == b"metadata"
+    plain, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x", s3=_options(ep)["s3"],
+                                     retry={**RETRY, "file_client": "fsspec"})
+    ep.reset_record()
+    with plain.open(f"{s3_fault_bucket}/big", "wb") as f:
+        assert isinstance(f._last_inner, InnerFile)
+        f.write(data)
+    assert [op for op, _ in _writes(ep)] == ["PutObject"]
+
+
+@pytest.mark.parametrize("how", ["xb", "autocommit", "block_size"])
+def test_exclusive_creation_transactions_and_s3fs_options_keep_s3fs_s_files(
+        how, s3_fault_endpoint, s3_fault_bucket):
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x",
+                                  **_options(s3_fault_endpoint))
+    path = f"{s3_fault_bucket}/{how}"
+    opened = {"xb": lambda: fs.open(path, "xb"),
+              "autocommit": lambda: fs.open(path, "wb", autocommit=False),
+              "block_size": lambda: fs.open(path, "wb", block_size=5 * 2**20)}[how]()
+    with opened as f:
+        assert isinstance(f._last_inner, InnerFile)
+        f.write(b"s3fs")
+    if how == "autocommit":
+        f.commit()
+    assert s3_fault_endpoint.get_object(s3_fault_bucket, how) == b"s3fs"
+
+
+def test_a_flush_does_not_wait_for_the_parts_under_way(s3_fault_endpoint, s3_fault_bucket):
+    """pyarrow's own flush waits for every part queued (torch DCP flushes after each item);
+    the file's does not: the server holds the first part, and ``flush`` returns before it is
+    answered (the endpoint records a request once answered)."""
+    ep = s3_fault_endpoint
+    data = os.urandom(12 * 2**20)
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x", **_options(ep))
+    held = ep.add_fault(S3Fault.delay(5, op="UploadPart", times=1))
+    with fs.open(f"{s3_fault_bucket}/flushed", "wb") as f:
+        f.write(data)
+        f.flush()
+        assert ep.requests("UploadPart") == []
+    assert ep.fired(held) == 1
+    assert [r.fault for r in ep.requests("UploadPart")].count(held) == 1
+    assert ep.get_object(s3_fault_bucket, "flushed") == data
+
+
+def test_the_listings_cache_sees_a_file_written_through_pyarrow(s3_fault_endpoint,
+                                                                 s3_fault_bucket):
+    options = _options(s3_fault_endpoint)
+    # the check after the commit (a HEAD) would forget the path too: without it, the file's
+    # close is what does
+    options["retry"]["verify_writes"] = False
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x", **options)
+    fs.pipe_file(f"{s3_fault_bucket}/dir/a", b"a")
+    assert fs.ls(f"{s3_fault_bucket}/dir", detail=False) == [f"{s3_fault_bucket}/dir/a"]
+    with fs.open(f"{s3_fault_bucket}/dir/b", "wb") as f:
+        f.write(b"b")
+    assert sorted(fs.ls(f"{s3_fault_bucket}/dir", detail=False)) == [
+        f"{s3_fault_bucket}/dir/a", f"{s3_fault_bucket}/dir/b"]
+    assert fs.info(f"{s3_fault_bucket}/dir/b")["size"] == 1
+
+
+def test_a_part_that_fails_is_sent_again_alone_and_the_object_is_the_bytes_written(
+        s3_fault_endpoint, s3_fault_bucket):
+    ep = s3_fault_endpoint
+    data = os.urandom(25 * 2**20)
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x", **_options(ep))
+    ep.reset_record()
+    with fs.open(f"{s3_fault_bucket}/clean", "wb") as f:
+        f.write(data)
+    clean = _writes(ep)
+    failed = ep.add_fault(S3Fault.slow_down(op="UploadPart", times=2))
+    ep.reset_record()
+    with fs.open(f"{s3_fault_bucket}/faulted", "wb") as f:
+        f.write(data)
+    assert ep.fired(failed) == 2
+    faulted = _writes(ep)
+    resent = sum(size for _, size in faulted) - sum(size for _, size in clean)
+    assert [op for op, _ in faulted].count("UploadPart") == \
+        [op for op, _ in clean].count("UploadPart") + 2
+    assert 0 < resent <= 2 * max(size for _, size in clean)
+    assert "AbortMultipartUpload" not in dict(faulted)
+    assert ep.get_object(s3_fault_bucket, "faulted") == data
+
+
+@pytest.mark.parametrize("gives_up", [False, True])
+def test_an_upload_whose_start_fails_never_stores_an_empty_object_over_the_one_there(
+        gives_up, s3_fault_endpoint, s3_fault_bucket):
+    """pyarrow's lazily opened stream whose CreateMultipartUpload failed stores an empty
+    object when closed: the file never closes a stream it gives up. The SDK's 3 attempts fail
+    (its write client's), then retryfs replays into a fresh upload, or gives up."""
+    ep = s3_fault_endpoint
+    ep.put_object(s3_fault_bucket, "ckpt", b"the previous checkpoint")
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x", **_options(ep))
+    data = os.urandom(12 * 2**20)
+    failed = ep.add_fault(S3Fault.slow_down(op="CreateMultipartUpload",
+                                            times=100 if gives_up else 3))
+    ep.reset_record()
+    if gives_up:
+        with pytest.raises(OSError, match="SLOW_DOWN"), fs.open(
+                f"{s3_fault_bucket}/ckpt", "wb") as f:
+            f.write(data)
+        assert ep.fired(failed) == 3 * RETRY["max_attempts"]
+    else:
+        with fs.open(f"{s3_fault_bucket}/ckpt", "wb") as f:
+            f.write(data)
+        assert ep.fired(failed) == 3
+    assert ep.requests("PutObject") == []
+    assert ep.get_object(s3_fault_bucket, "ckpt") == (
+        b"the previous checkpoint" if gives_up else data)
+
+
+@pytest.mark.parametrize("name", ["a b", "ü/é", "x?y", "x#y", "p%20q", "n" * 255,
+                                  "sp ace/+plus", "dot./..x", "tab\tx"])
+def test_hostile_names_write_their_own_object(name, s3_fault_endpoint, s3_fault_bucket):
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x",
+                                  **_options(s3_fault_endpoint))
+    with fs.open(f"retry::s3://{s3_fault_bucket}/{name}", "wb") as f:
+        assert isinstance(f._last_inner, PartsInBackground)
+        f.write(name.encode())
+    assert s3_fault_endpoint.get_object(s3_fault_bucket, name) == name.encode()
+    assert fs.cat_file(f"{s3_fault_bucket}/{name}") == name.encode()
+
+
+def test_a_write_into_a_missing_bucket_raises_and_stores_nothing(s3_fault_endpoint,
+                                                                s3_fault_bucket):
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x",
+                                  **_options(s3_fault_endpoint))
+    s3_fault_endpoint.reset_record()
+    with pytest.raises(FileNotFoundError, match="no-such-bucket"), fs.open(
+            "no-such-bucket/k", "wb") as f:
+        f.write(b"lost")
+    assert [r.status for r in s3_fault_endpoint.requests("PutObject")] == [404]
 
 
 # -- any sequence of reads gives the file's bytes -----------------------------------------------
