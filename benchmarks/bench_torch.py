@@ -38,7 +38,9 @@ its first read, "again" its second. On SeaweedFS the first read of a freshly wri
 object varies with the server more than with the client (the same save and load code timed
 1.79 s and 2.63 s in two rows of one run; the first and second reads of one object, 3.84 s and
 1.58 s). Times are medians of the rounds with their spread, and each median's ratio to
-s3torchconnector's. The contenders' order turns by one each round.
+s3torchconnector's. The contenders' order is shuffled each round (seeded by the round): turned
+by one, each would follow the same neighbour in every round, and a server still busy with one
+contender's object would slow the next one's every time.
 
 Usage: python -m benchmarks.bench_torch [--quick]
 """
@@ -48,6 +50,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import random
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -281,13 +284,13 @@ def measure(store: Store, bucket: str, mib: int, rate: float, rounds: int
     state = state_dict(mib)
     _shapes.clear()
     _shapes.update(state)
-    results: dict[str, dict[str, Any]] = {}
     found = contenders(store)
+    results: dict[str, dict[str, Any]] = {  # the table's rows in the contenders' order
+        contender.name: {"save": [], "load": [], "again": [], "intact": 0, "rounds": 0}
+        for contender in found}
     for round_no in range(rounds):
-        shift = round_no % len(found)
-        for contender in found[shift:] + found[:shift]:
-            entry = results.setdefault(contender.name, {"save": [], "load": [], "again": [],
-                                                        "intact": 0, "rounds": 0})
+        for contender in random.Random(round_no).sample(found, len(found)):
+            entry = results[contender.name]
             path = f"{bucket}/{contender.name.replace(' ', '-')}/r{round_no}/model.pt"
             entry["rounds"] += 1
             try:
