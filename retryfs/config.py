@@ -175,7 +175,9 @@ class WrapperConfig:
         for key in self.per_operation:
             if not isinstance(key, str) or not key:
                 raise _type_error("per_operation key", "a group or operation name", key)
-        put("per_operation", resolve_overrides(self.policy, self.per_operation))
+        # names are checked by the face that uses them (`check_operation_names`): the fsspec
+        # face's are fsspec's methods and its inner filesystem's own (s3fs's ``get_tags``)
+        put("per_operation", resolve_overrides(self.policy, self.per_operation, check=False))
         if not isinstance(self.classifier, ErrorClassifier):
             raise _type_error("classifier", "an ErrorClassifier", self.classifier)
         messages = self.retryable_messages

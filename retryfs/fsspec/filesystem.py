@@ -531,7 +531,10 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
             # PutObject (DCP's metadata, a logger's events), not three requests
             _, (options,) = self._arrow_files.__reduce__()
             lazy = pafs.S3FileSystem(**dict(options, allow_delayed_open=True))
-            self._arrow_writes = RetryingHandler(lazy, config=self.retry_config)
+            # only its streams are used, each attempt retried here (self._call): this face's
+            # per_operation may name methods that only s3fs has, which the pyarrow face refuses
+            self._arrow_writes = RetryingHandler(
+                lazy, config=self.retry_config.replace(per_operation={}))
         handler = self._arrow_writes
 
         def reopen() -> PartsInBackground:

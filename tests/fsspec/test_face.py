@@ -185,6 +185,22 @@ def test_options_configure_the_policy_and_strings_parse(store):
     assert fs._policy_for("rm").initial_delay == 0.25  # a group override keeps the base fields
 
 
+def test_a_policy_per_method_names_the_face_s_methods_and_the_wrapped_filesystem_s(store):
+    """``per_operation`` keys are this face's operation names (fsspec's methods) and the
+    methods only the wrapped filesystem has, in code and in a ``retry::`` URL's options."""
+    fs = wrap(store, max_attempts=3, per_operation={"cat_file": {"max_attempts": 9},
+                                                    "pipe_file": RetryPolicy(max_attempts=5)})
+    assert fs._policy_for("cat_file").max_attempts == 9
+    assert fs._policy_for("pipe_file").max_attempts == 5
+    assert fs._policy_for("info").max_attempts == 3
+    url, _ = fsspec.core.url_to_fs("retry::memory://b/x", retry={
+        "per_operation": {"cat_file": {"max_attempts": 4}}, "skip_instance_cache": True})
+    assert url._policy_for("cat_file").max_attempts == 4
+    store.get_tags = lambda path: {}  # a method only this wrapped filesystem has
+    assert wrap(store, per_operation={"get_tags": {"max_attempts": 6}})._policy_for(
+        "get_tags").max_attempts == 6
+
+
 def test_an_unknown_option_is_named_with_the_valid_ones(store):
     with pytest.raises(ValueError) as info:
         wrap(store, max_atempts=3)

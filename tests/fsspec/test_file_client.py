@@ -291,6 +291,17 @@ def test_a_file_written_on_a_retry_url_goes_out_in_pyarrow_s_parts(s3_fault_endp
     assert [op for op, _ in _writes(ep)] == ["PutObject"]
 
 
+def test_a_policy_for_a_method_s3fs_alone_has_does_not_stop_the_writes(s3_fault_endpoint,
+                                                                       s3_fault_bucket):
+    options = _options(s3_fault_endpoint)
+    options["retry"]["per_operation"] = {"get_tags": {"max_attempts": 2}}
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x", **options)
+    with fs.open(f"{s3_fault_bucket}/tagged", "wb") as f:
+        assert isinstance(f._last_inner, PartsInBackground)
+        f.write(b"written")
+    assert s3_fault_endpoint.get_object(s3_fault_bucket, "tagged") == b"written"
+
+
 @pytest.mark.parametrize("how", ["xb", "autocommit", "block_size"])
 def test_exclusive_creation_transactions_and_s3fs_options_keep_s3fs_s_files(
         how, s3_fault_endpoint, s3_fault_bucket):
