@@ -175,4 +175,3 @@ class LazyUploadStream(PoolSafeOutputStream):
 
     def discard(self) -> None:
         keep_unclosed(self._inner)
-

@@ -682,8 +682,9 @@ def _pump(reader: pa.NativeFile, writer: pa.NativeFile, buffer_size: int,
     stays incomplete; a temporary file beside its destination is closed, then removed). When
     the *writer* failed, it is closed (``broken``): a native stream whose write failed
     does not commit, except a lazily opened S3 one whose upload never started
-    (`retryfs.datapath.iopool.opens_lazily`: kept unclosed instead). Each read is a fresh Arrow buffer handed on without a copy: a native S3
-    stream may keep it for a background part upload, so a buffer is never reused.
+    (`retryfs.datapath.iopool.opens_lazily`: kept unclosed instead). Each read is a fresh
+    Arrow buffer handed on without a copy: a native S3 stream may keep it for a background
+    part upload, so a buffer is never reused.
 
     ``buffer_size`` is the file's size in the listing (``listed``) when smaller than the
     chunk (`_buffer_size`). Once more than ``listed`` bytes were read (the file grew since),
