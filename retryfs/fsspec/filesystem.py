@@ -532,9 +532,10 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
             _, (options,) = self._arrow_files.__reduce__()
             lazy = pafs.S3FileSystem(**dict(options, allow_delayed_open=True))
             # only its streams are used, each attempt retried here (self._call): this face's
-            # per_operation may name methods that only s3fs has, which the pyarrow face refuses
-            self._arrow_writes = RetryingHandler(
-                lazy, config=self.retry_config.replace(per_operation={}))
+            # per_operation may name methods that only s3fs has, which the pyarrow face
+            # refuses, and its copies' small-file client (obstore) is never needed
+            self._arrow_writes = RetryingHandler(lazy, config=self.retry_config.replace(
+                per_operation={}, one_part_client="arrow"))
         handler = self._arrow_writes
 
         def reopen() -> PartsInBackground:
