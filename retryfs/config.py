@@ -412,15 +412,16 @@ def _check_names(given: Mapping[str, Any], what: str) -> None:
 
 def check_operation_names(config: WrapperConfig,
                           is_operation: Callable[[str], bool] | None = None,
-                          describe: str = "") -> None:
-    """Every ``per_operation`` key names a group or an operation (``is_operation``: more)."""
+                          describe: str = "",
+                          names: Mapping[str, str] = ALL_OPERATION_GROUPS) -> None:
+    """Every ``per_operation`` key names a group or an operation of ``names`` (the face's;
+    ``is_operation``: more)."""
     for key in config.per_operation:
-        if key in GROUPS or key in ALL_OPERATION_GROUPS or (
-                is_operation is not None and is_operation(key)):
+        if key in GROUPS or key in names or (is_operation is not None and is_operation(key)):
             continue
         raise ValueError(
             f"per_operation key {key!r} is neither a group ({', '.join(GROUPS)}) nor an "
-            f"operation ({', '.join(sorted(ALL_OPERATION_GROUPS))}){describe}")
+            f"operation ({', '.join(sorted(names))}){describe}")
 
 
 # -- parsing option values (URL parameters, environment variables, protocol options) --------

@@ -42,7 +42,7 @@ from retryfs.core.budget import RetryBudget, TokenBucket, bucket_for
 from retryfs.core.classify import ErrorClassifier
 from retryfs.core.engine import Retrier
 from retryfs.core.locations import is_local, subtree_base, temporary_beside
-from retryfs.core.policy import OPERATION_GROUPS, RetryPolicy
+from retryfs.core.policy import ALL_OPERATION_GROUPS, OPERATION_GROUPS, RetryPolicy
 from retryfs.core.proof import (
     UNKNOWN,
     Proofs,
@@ -207,7 +207,8 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
     def __init__(self, fs: Any, policy: RetryPolicy | None = None, *,
                  config: WrapperConfig | None = None, **options: Any) -> None:
         base = None if isinstance(fs, pafs.FileSystem) else getattr(fs, "retry_config", None)
-        if isinstance(base, WrapperConfig):  # the fsspec face: wrap what it wraps, as it does
+        inherited = isinstance(base, WrapperConfig)
+        if inherited:  # the fsspec face: wrap what it wraps, as it does
             fs = fs.unwrap()
         else:
             base = None
@@ -221,7 +222,10 @@ class RetryingHandler(Configured, pafs.FileSystemHandler):  # type: ignore[misc]
             config = WrapperConfig(**_checked_options(options))
         else:
             config = base.replace(**options) if options else base
-        check_operation_names(config)
+        # its own operation names; a configuration taken from the fsspec face may also name
+        # that face's (they apply there, not here)
+        check_operation_names(config, names=ALL_OPERATION_GROUPS if inherited
+                              else OPERATION_GROUPS)
         if config.stats is None:
             config = config.replace(stats=RetryStats())
         ensure_copy_files_guard()

@@ -587,7 +587,7 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
     def to_arrow(self) -> RetryingFileSystem:
         """The same wrapping on the pyarrow face: a `retryfs.RetryingFileSystem` over the same
         filesystem with the same settings (`retry_config`, stats included)."""
-        return RetryingFileSystem(self.fs, config=self.retry_config)
+        return RetryingFileSystem(self)
 
     @classmethod
     def from_arrow(cls, filesystem: Any, **options: Any) -> RetryFileSystem:

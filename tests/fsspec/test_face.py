@@ -193,6 +193,10 @@ def test_a_policy_per_method_names_the_face_s_methods_and_the_wrapped_filesystem
     assert fs._policy_for("cat_file").max_attempts == 9
     assert fs._policy_for("pipe_file").max_attempts == 5
     assert fs._policy_for("info").max_attempts == 3
+    # the pyarrow face of the same settings: those names apply on this face, not refused there
+    assert fs.to_arrow().retry_config.per_operation["cat_file"].max_attempts == 9
+    with pytest.raises(ValueError, match="per_operation key 'cat_file'"):
+        RetryingFileSystem(pafs.LocalFileSystem(), per_operation={"cat_file": {}})
     url, _ = fsspec.core.url_to_fs("retry::memory://b/x", retry={
         "per_operation": {"cat_file": {"max_attempts": 4}}, "skip_instance_cache": True})
     assert url._policy_for("cat_file").max_attempts == 4
