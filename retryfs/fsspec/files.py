@@ -31,7 +31,7 @@ from retryfs.datapath.streams import (
 )
 
 __all__ = ["AsyncRetryReadFile", "AsyncTimedWriteFile", "InnerFile", "PartsInBackground",
-           "RetryReadFile", "RetryWriteFile", "defuse_half_open"]
+           "RetryReadFile", "RetryWriteFile", "defuse_half_open", "fsspec_errors"]
 
 #: On pyarrow's file (``file_client``), a read of at most this many bytes is served from
 #: blocks of `SMALL_BLOCK` kept in memory, as fsspec's files serve them from their cache:

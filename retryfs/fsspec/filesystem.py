@@ -97,6 +97,7 @@ from .files import (
     RetryReadFile,
     RetryWriteFile,
     defuse_half_open,
+    fsspec_errors,
 )
 from .inner import call_label, inner_arguments, inner_is_async, inner_path, resolve_inner
 from .native import arrow_twin
@@ -517,8 +518,12 @@ class RetryFileSystem(Configured, ChainedFileSystem,  # type: ignore[misc]
         """``path`` opened for reading through pyarrow's client (``file_client``)."""
         reader = self._arrow_files
 
+        def open_file() -> Any:
+            with fsspec_errors():  # a refused HEAD: PermissionError, as s3fs raises it
+                return reader.open_input_file(path)
+
         def reopen() -> Any:
-            return self._call("open_input_file", path, reader.open_input_file, path)
+            return self._call("open_input_file", path, open_file)
 
         return RetryReadFile(self, path, "rb", reopen(), reopen, self.retrier)
 

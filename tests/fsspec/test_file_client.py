@@ -425,6 +425,21 @@ def test_a_write_into_a_missing_bucket_raises_and_stores_nothing(s3_fault_endpoi
     assert [r.status for r in s3_fault_endpoint.requests("PutObject")] == [404]
 
 
+@pytest.mark.parametrize("mode", ["rb", "wb"])
+def test_a_refused_request_is_a_permission_error_as_on_s3fs(mode, s3_fault_endpoint,
+                                                            s3_fault_bucket):
+    ep = s3_fault_endpoint
+    ep.put_object(s3_fault_bucket, "secret", b"x")
+    fs, _ = fsspec.core.url_to_fs(f"retry::s3://{s3_fault_bucket}/x", **_options(ep))
+    refused = ep.add_fault(S3Fault.access_denied(op="HeadObject" if mode == "rb" else "PutObject"))
+    with pytest.raises(PermissionError, match="ACCESS_DENIED"):
+        with fs.open(f"{s3_fault_bucket}/secret", mode) as f:
+            if mode == "wb":
+                f.write(b"y")
+    assert ep.fired(refused) == 1  # permanent: asked once, not retried
+    assert ep.get_object(s3_fault_bucket, "secret") == b"x"
+
+
 # -- any sequence of reads gives the file's bytes -----------------------------------------------
 
 class _Face:
