@@ -38,6 +38,11 @@ def _fail_starts(endpoint, gives_up):
 def _outcome(endpoint, bucket, fault, gives_up, data):
     assert endpoint.fired(fault) == (3 * POLICY.max_attempts if gives_up else 3)
     assert endpoint.requests("PutObject") == []
+    # what the faults cost: the upload that started sent the object's 2 parts once (10 MiB and
+    # the rest); the failed starts sent no part
+    parts = endpoint.requests("UploadPart")
+    assert len(parts) == (0 if gives_up else 2)
+    assert sum(r.request_bytes for r in parts) < (1 if gives_up else 1.01 * len(data))
     assert endpoint.get_object(bucket, "ckpt") == (PREVIOUS if gives_up else data)
 
 

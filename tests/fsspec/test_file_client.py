@@ -398,6 +398,8 @@ def test_an_upload_whose_start_fails_never_stores_an_empty_object_over_the_one_t
             f.write(data)
         assert ep.fired(failed) == 3
     assert ep.requests("PutObject") == []
+    # the cost: the upload that started sent the 2 parts once; the failed starts sent none
+    assert len(ep.requests("UploadPart")) == (0 if gives_up else 2)
     assert ep.get_object(s3_fault_bucket, "ckpt") == (
         b"the previous checkpoint" if gives_up else data)
 
